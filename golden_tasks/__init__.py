@@ -1,0 +1,26 @@
+"""golden-tasks: kernel verification as a content-hashed task graph.
+
+Names are imported lazily so that `import golden_tasks` (as the doit parent
+process does) never imports torch.
+"""
+import importlib
+
+_EXPORTS = {
+    "In": "specs", "Out": "specs", "InOut": "specs", "Scalar": "specs",
+    "TensorSpec": "specs", "ScalarSpec": "specs", "SpecError": "errors",
+    "jit": "jit", "JitKernel": "jit",
+    "KernelForm": "forms", "Artifact": "forms", "CompileError": "errors",
+    "Case": "case",
+    "run": "runner", "RunResult": "runner",
+    "allclose": "compare", "Comparison": "compare",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'golden_tasks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value

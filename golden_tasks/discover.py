@@ -1,0 +1,122 @@
+"""Planning the kernel library without importing it in the doit parent.
+
+`load_plans` keeps one manifest per kernel module under <cache>/plans: the
+module's case plans and the digest of every project source file the plans
+depend on. A manifest is reused while those files, the toolchain and the
+pipeline are unchanged; stale modules are planned in one subprocess
+(`python -m golden_tasks.discover`), which imports them.
+"""
+import json
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+from .graph import pipeline_version
+from .hashing import digest_file
+from .store import atomic_write
+from .toolchain import toolchain
+
+
+def kernel_modules(root: Path) -> list:
+    """Case modules: kernels/*.py except private helpers (_*.py)."""
+    return sorted(p for p in (root / "kernels").glob("*.py") if not p.name.startswith("_"))
+
+
+def _environment() -> dict:
+    return {"pipeline": pipeline_version(), "toolchain": toolchain()}
+
+
+def _fresh(manifest: dict) -> bool:
+    if manifest.get("environment") != _environment() or manifest.get("failed"):
+        return False
+    try:
+        return all(digest_file(Path(f)) == d for f, d in manifest["files"].items())
+    except OSError:
+        return False
+
+
+def load_plans(root: Path, cache: Path) -> list:
+    """Every case's plan, in module order; a module that fails yields one error plan."""
+    plans_dir = cache / "plans"
+    manifests, stale = {}, []
+    for path in kernel_modules(root):
+        try:
+            manifest = json.loads((plans_dir / f"{path.stem}.json").read_text())
+        except (OSError, ValueError):
+            manifest = None
+        if manifest and _fresh(manifest):
+            manifests[path.stem] = manifest
+        else:
+            stale.append(path.stem)
+    if stale:
+        for stem, manifest in _plan_in_subprocess(root, stale).items():
+            manifest["environment"] = _environment()
+            text = json.dumps(manifest, sort_keys=True, indent=1).encode()
+            atomic_write(plans_dir / f"{stem}.json", lambda f, t=text: f.write(t))
+            manifests[stem] = manifest
+    return [plan for path in kernel_modules(root) for plan in manifests[path.stem]["cases"]]
+
+
+def _plan_in_subprocess(root: Path, stems: list) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "plans.json"
+        proc = subprocess.run([sys.executable, "-m", "golden_tasks.discover", str(root), str(out), *stems],
+                              cwd=root, capture_output=True, text=True)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"planning the kernel library failed:\n{proc.stderr}")
+        return json.loads(out.read_text())
+
+
+def _import_error(stem: str, exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/kernels/" in f.filename]
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"kernels/{stem}.py failed to import: {type(exc).__name__}: {exc}{where}"
+
+
+def plan_modules(root: Path, stems: list) -> dict:
+    """Import each module and plan its cases (runs in the subprocess)."""
+    import importlib  # noqa: PLC0415
+
+    from .case import module_cases, plan_of  # noqa: PLC0415
+    from .fingerprint import is_user_module  # noqa: PLC0415
+
+    sys.path.insert(0, str(root))
+    result = {}
+    for stem in stems:
+        module_name = f"kernels.{stem}"
+        files = {str((root / "kernels" / f"{stem}.py").resolve())}
+        try:
+            module = importlib.import_module(module_name)
+            cases = module_cases(module)
+        except Exception as exc:
+            result[stem] = {"failed": True, "files": {},
+                            "cases": [{"case": stem, "module": module_name, "error": _import_error(stem, exc)}]}
+            continue
+        plans = []
+        for case in cases:
+            try:
+                plan, used = plan_of(case.resolved(module), module_name)
+                files |= used
+            except Exception as exc:
+                plan = {"case": case.name, "module": module_name, "error": f"{type(exc).__name__}: {exc}"}
+            plans.append(plan)
+        names = [p["case"] for p in plans]
+        for plan in plans:
+            if names.count(plan["case"]) > 1:
+                plan["error"] = f"case name {plan['case']!r} is defined more than once in kernels/{stem}.py"
+        result[stem] = {"files": files, "cases": plans}
+    # Every project module now loaded may have shaped a plan: depend on all of them.
+    loaded = {str(Path(m.__file__).resolve()) for n, m in list(sys.modules.items())
+              if getattr(m, "__file__", None) and is_user_module(n)
+              and Path(m.__file__).resolve().is_relative_to(root.resolve())}
+    for entry in result.values():
+        if not entry.get("failed"):
+            entry["files"] = {f: digest_file(Path(f)) for f in sorted(entry["files"] | loaded)}
+    return result
+
+
+if __name__ == "__main__":
+    root_arg, out_arg, *stem_args = sys.argv[1:]
+    Path(out_arg).write_text(json.dumps(plan_modules(Path(root_arg).resolve(), stem_args)))

@@ -1,0 +1,174 @@
+"""The doit adapter: each case's stages as doit tasks `<stage>:<case>`.
+
+Runs in the doit parent, which must stay light: it reads plans and entry
+manifests, never torch or the kernel modules. Up-to-date checks are cache
+lookups of the stage's current key, so `doit list -s`, `doit info` and
+`doit --reporter=json` report a cache hit as up-to-date. Actions run the stage
+through graph.execute (in doit's worker processes with -n N).
+"""
+import os
+import traceback
+from pathlib import Path
+
+from doit import get_var
+from doit.exceptions import TaskFailed, UnmetDependency
+from doit.reporter import ConsoleReporter
+
+from . import config, graph, report
+from .discover import load_plans
+from .errors import VerificationFailure
+from .store import Store
+
+PLAN = "plan"
+VERIFY = "verify"
+
+
+class Library:
+    """The planned kernel library of one project checkout, with its store."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.store = Store(config.cache_root(root))
+        backend = get_var("backend", None)
+        self.plans = {}
+        for plan in load_plans(root, self.store.root):
+            if plan["case"] in self.plans:
+                plan = {**plan, "error": f"case {plan['case']!r} is defined in both {plan['module']} "
+                                         f"and {self.plans[plan['case']]['module']}"}
+            if backend and not plan.get("error"):
+                plan = {**plan, "backend": backend}
+            self.plans[plan["case"]] = plan
+
+    def ok(self):
+        return [p for p in self.plans.values() if not p.get("error")]
+
+
+_libraries = {}
+
+
+def library(root: Path) -> Library:
+    """The project's library, planned once per process."""
+    if root not in _libraries:
+        _libraries[root] = Library(root)
+    return _libraries[root]
+
+
+def _is_cached(root, stage, case):
+    lib = library(root)
+    return graph.cached(graph.BY_NAME[stage], lib.plans[case], lib.store) is not None
+
+
+def _threads_configured():
+    import torch  # noqa: PLC0415 -- only in the process that runs stages
+
+    if getattr(_threads_configured, "done", 0) != os.getpid():
+        torch.set_num_threads(config.torch_threads())
+        _threads_configured.done = os.getpid()
+
+
+def _run_stage(root, stage, case):
+    lib = library(root)
+    plan = lib.plans[case]
+    try:
+        if graph.BY_NAME[stage].live or stage in ("dispatch", "bench"):
+            _threads_configured()
+        graph.execute(graph.BY_NAME[stage], plan, lib.store)
+    except Exception as exc:  # one clear message; a traceback only for the unexpected
+        detail = "" if isinstance(exc, VerificationFailure) else "\n" + "".join(traceback.format_exception(exc))
+        return TaskFailed(f"{stage}:{case}: {exc}{detail}")
+    return True
+
+
+def _plan_action(error):
+    return TaskFailed(error) if error else True
+
+
+def tasks_for(root: Path) -> dict:
+    """The `task_*` functions for a dodo.py: `globals().update(tasks_for(root))`."""
+    root = Path(root).resolve()
+
+    def task_plan():
+        """plan each case: import errors and bad specs surface here"""
+        for plan in library(root).plans.values():
+            yield {"name": plan["case"], "actions": [(_plan_action, [plan.get("error")])],
+                   "uptodate": [not plan.get("error")], "doc": f"plan {plan['case']}"}
+
+    def stage_creator(stage):
+        def create():
+            for plan in library(root).ok():
+                case = plan["case"]
+                yield {"name": case, "doc": f"{stage.doc} ({case})",
+                       "actions": [(_run_stage, [root, stage.name, case])],
+                       "uptodate": [(_is_cached, [root, stage.name, case])],
+                       "task_dep": [f"{PLAN}:{case}"] + [f"{d}:{case}" for d in stage.reads + stage.after]}
+        create.__name__ = f"task_{stage.name}"
+        create.__doc__ = stage.doc
+        return create
+
+    def task_verify():
+        """verify every case; `verify:<case>` for one"""
+        for plan in library(root).plans.values():
+            case = plan["case"]
+            deps = [f"{PLAN}:{case}"] if plan.get("error") else [f"{s.name}:{case}" for s in graph.STAGES]
+            yield {"name": case, "actions": None, "task_dep": deps, "doc": f"verify {case}"}
+
+    tasks = {"task_plan": task_plan, "task_verify": task_verify}
+    tasks.update({f"task_{s.name}": stage_creator(s) for s in graph.STAGES})
+    return tasks
+
+
+class SummaryReporter(ConsoleReporter):
+    """doit's console output, then a per-case summary table and runs/report.json."""
+
+    desc = "console output with a per-case summary"
+
+    def __init__(self, outstream, options):
+        super().__init__(outstream, options)
+        # Workers fork after this: tell them how many share the cores.
+        os.environ.setdefault(config.WORKERS_ENV, str(options.get("num_process") or 1))
+        self.states = {}  # case -> {stage: state}
+        self.errors = {}  # case -> {stage: message}
+
+    def _set(self, task, state, message=None):
+        stage, _, case = task.name.partition(":")
+        if case and (stage in graph.BY_NAME or stage == PLAN):
+            self.states.setdefault(case, {})[stage] = state
+            if message:
+                self.errors.setdefault(case, {})[stage] = message
+
+    def add_success(self, task):
+        super().add_success(task)
+        self._set(task, report.RAN)
+
+    def add_failure(self, task, fail):
+        super().add_failure(task, fail)
+        if isinstance(fail, UnmetDependency):
+            self._set(task, report.NOT_RUN)
+        else:
+            self._set(task, report.FAILED, fail.message)
+
+    def skip_uptodate(self, task):
+        super().skip_uptodate(task)
+        self._set(task, report.CACHED)
+
+    def complete_run(self):
+        super().complete_run()
+        if not self.states:
+            return
+        lib = next(iter(_libraries.values()))
+        rows = [report.case_row(lib.plans[c], self.states[c], self.errors.get(c, {}), lib.store)
+                for c in lib.plans if c in self.states]
+        self.write("\n" + report.format_table(rows) + "\n")
+        path = config.runs_root(lib.root) / "report.json"
+        report.write_json(path, rows)
+        self.write(f"report: {path}\n")
+
+
+DOIT_CONFIG = {
+    "default_tasks": [VERIFY],
+    "reporter": SummaryReporter,
+    # doit's own state is not trusted for up-to-dateness (the store is); sqlite3
+    # is its backend that tolerates concurrent processes.
+    "backend": "sqlite3",
+    "dep_file": ".doit.db",
+}

@@ -1,0 +1,17 @@
+"""Failures with a verdict: reported as one clear message, without a traceback."""
+
+
+class VerificationFailure(Exception):
+    """Base of the expected failures; the message names the offending thing."""
+
+
+class SpecError(VerificationFailure, ValueError):
+    """A spec or case that cannot be used."""
+
+
+class CompileError(VerificationFailure):
+    """The kernel cannot be compiled for these specs."""
+
+
+class StageFailed(VerificationFailure):
+    """A stage ran and its verdict is FAIL; the message is the report."""

@@ -1,0 +1,55 @@
+"""Kernel forms: what the pipeline needs from a kernel, whatever it is written in.
+
+A form declares its parameter table (names, kinds, directions) before any
+compile work, and compiles itself for a list of specs into an Artifact. The
+pipeline never asks which form it holds; new forms (C++ sources, multi-rank
+programs) subclass KernelForm and register their Artifact type.
+"""
+from pathlib import Path
+
+from .errors import CompileError
+
+
+class KernelForm:
+    """Base class of kernel forms."""
+
+    name: str
+
+    def params(self) -> list:
+        """The declared parameter table: [{"name", "kind", "direction"}] in order."""
+        raise NotImplementedError
+
+    def compile(self, specs: list, options: dict, workdir: Path) -> "Artifact":
+        """Build an artifact specialised to `specs` (stamped) in `workdir`."""
+        raise NotImplementedError
+
+
+class Artifact:
+    """A compiled kernel: payload files plus the parameter table it embeds.
+
+    `table` rows are {"name", "kind", "direction", "shape", "dtype"}. Subclasses
+    are registered by `backend` name so a stored artifact is reloaded without
+    knowing the kernel's source.
+    """
+
+    backend: str
+    registry: dict = {}
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        Artifact.registry[cls.backend] = cls
+
+    def __init__(self, table: list, files: dict):
+        self.table = table
+        self.files = {k: Path(v) for k, v in files.items()}
+
+    @classmethod
+    def restore(cls, backend: str, table: list, files: dict) -> "Artifact":
+        try:
+            return cls.registry[backend](table, files)
+        except KeyError:
+            raise CompileError(f"unknown artifact backend {backend!r}") from None
+
+    def load(self):
+        """A callable taking every argument positionally in spec order."""
+        raise NotImplementedError

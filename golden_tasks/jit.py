@@ -1,0 +1,165 @@
+"""The first kernel form: `@golden_tasks.jit` Python functions over torch ops.
+
+The body writes its Out/InOut parameters in place. It is compiled for the spec
+shapes (JIT specialisation) by a backend: `aoti` (torch.export, then
+AOTInductor into a `.pt2` package, the default) or `eager` (no code
+generation, for debugging). Scalars are specialised into the artifact as
+constants; their values are part of the compile key.
+"""
+import inspect
+import tempfile
+from pathlib import Path
+
+import cloudpickle
+import torch
+
+from .errors import CompileError
+from .forms import Artifact, KernelForm
+from .specs import Param, dtype_name
+
+DEFAULT_BACKEND = "aoti"
+
+
+class JitKernel(KernelForm):
+    def __init__(self, fn, backend=None, options=None):
+        self.fn = fn
+        self.name = fn.__name__
+        self.backend = backend
+        self.options = dict(options or {})
+        self._params = _declared_params(fn)
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __repr__(self):
+        return f"<jit kernel {self.name}>"
+
+    def params(self) -> list:
+        return [dict(row) for row in self._params]
+
+    def compile(self, specs, options, workdir):
+        backend = options.get("backend") or self.backend or DEFAULT_BACKEND
+        if backend not in Artifact.registry or not hasattr(Artifact.registry[backend], "build"):
+            raise CompileError(f"kernel {self.name}: unknown backend {backend!r} "
+                               f"(known: {', '.join(sorted(Artifact.registry))})")
+        _check_writes(self.fn, self.name, specs)
+        merged = {**self.options, **options.get("inductor", {})}
+        return Artifact.registry[backend].build(self.fn, specs, merged, Path(workdir))
+
+
+def jit(fn=None, *, backend=None, options=None):
+    """Declare a kernel: `@jit` or `@jit(backend="eager", options={...inductor configs})`."""
+    if fn is None:
+        return lambda f: JitKernel(f, backend, options)
+    return JitKernel(fn, backend, options)
+
+
+def _declared_params(fn) -> list:
+    rows = []
+    for p in inspect.signature(fn, eval_str=True).parameters.values():
+        if not isinstance(p.annotation, Param):
+            raise TypeError(f"kernel {fn.__name__}: parameter {p.name!r} needs an In, Out, InOut "
+                            f"or Scalar annotation, got {p.annotation!r}")
+        rows.append({"name": p.name, "kind": p.annotation.kind, "direction": p.annotation.direction})
+    return rows
+
+
+def _args(specs, tensor_for):
+    return [tensor_for(s) if s.kind == "tensor" else s.value for s in specs]
+
+
+def _check_writes(fn, name, specs):
+    """A body that writes an In parameter or never writes an Out parameter is a compile error.
+
+    Runs the body once on fake tensors (shapes only, no compute); a body with
+    data-dependent control flow is run on real zero tensors instead.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC0415
+
+    def versions_after(make):
+        args = _args(specs, make)
+        before = [a._version if isinstance(a, torch.Tensor) else None for a in args]
+        fn(*args)
+        return [None if b is None else a._version > b for a, b in zip(args, before)]
+
+    try:
+        with FakeTensorMode():
+            written = versions_after(lambda s: torch.empty(s.shape, dtype=s.dtype))
+    except Exception:  # data-dependent ops cannot run on fake tensors
+        try:
+            written = versions_after(lambda s: torch.zeros(s.shape, dtype=s.dtype))
+        except Exception as exc:
+            raise CompileError(f"kernel {name}: body raised {type(exc).__name__}: {exc}") from exc
+    for spec, w in zip(specs, written):
+        if w is None:
+            continue
+        if spec.direction == "in" and w:
+            raise CompileError(f"kernel {name}: writes its In parameter {spec.name!r}")
+        if spec.direction == "out" and not w:
+            raise CompileError(f"kernel {name}: never writes its Out parameter {spec.name!r}")
+
+
+def _table(specs, tensor_meta) -> list:
+    """Parameter table rows; tensor shapes and dtypes come from `tensor_meta` (the artifact)."""
+    rows, metas = [], iter(tensor_meta)
+    for s in specs:
+        shape, dtype = next(metas) if s.kind == "tensor" else ((), dtype_name(s.dtype))
+        rows.append({"name": s.name, "kind": s.kind, "direction": s.direction,
+                     "shape": list(shape), "dtype": dtype})
+    return rows
+
+
+class _Call(torch.nn.Module):
+    """Exportable wrapper: takes the tensors in spec order, scalars are constants."""
+
+    def __init__(self, fn, specs):
+        super().__init__()
+        self.fn, self.specs = fn, specs
+
+    def forward(self, *tensors):
+        it = iter(tensors)
+        self.fn(*_args(self.specs, lambda s: next(it)))
+        return ()
+
+
+class AotiArtifact(Artifact):
+    backend = "aoti"
+
+    @classmethod
+    def build(cls, fn, specs, options, workdir):
+        example = tuple(torch.empty(s.shape, dtype=s.dtype) for s in specs if s.kind == "tensor")
+        try:
+            program = torch.export.export(_Call(fn, specs), example, strict=False)
+            path = torch._inductor.aoti_compile_and_package(
+                program, package_path=str(workdir / "kernel.pt2"), inductor_configs=options)
+        except Exception as exc:
+            raise CompileError(f"AOTInductor failed for {fn.__name__}: {type(exc).__name__}: {exc}") from exc
+        user_inputs = set(program.graph_signature.user_inputs)
+        metas = [n.meta["val"] for n in program.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
+        table = _table(specs, [(tuple(m.shape), dtype_name(m.dtype)) for m in metas])
+        return cls(table, {"kernel.pt2": path})
+
+    def load(self):
+        # The loader insists on a `.pt2` name; store objects are named by digest.
+        link = Path(tempfile.mkdtemp(prefix="golden-aoti-")) / "kernel.pt2"
+        link.symlink_to(self.files["kernel.pt2"].resolve())
+        runner = torch._inductor.aoti_load_package(str(link))
+        tensor_slots = [i for i, row in enumerate(self.table) if row["kind"] == "tensor"]
+
+        def call(*args):
+            runner(*[args[i] for i in tensor_slots])
+        return call
+
+
+class EagerArtifact(Artifact):
+    backend = "eager"
+
+    @classmethod
+    def build(cls, fn, specs, options, workdir):
+        path = workdir / "kernel.pkl"
+        path.write_bytes(cloudpickle.dumps(fn))
+        table = _table(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])
+        return cls(table, {"kernel.pkl": path})
+
+    def load(self):
+        return cloudpickle.loads(self.files["kernel.pkl"].read_bytes())

@@ -1,0 +1,58 @@
+"""The end-of-run summary: one row per case, as a table and as JSON."""
+import json
+
+from .graph import STAGES, cached
+from .store import atomic_write
+
+# How a stage fared in this run.
+RAN, CACHED, FAILED, NOT_RUN = "ran", "cached", "FAILED", "-"
+
+
+def case_row(plan: dict, states: dict, errors: dict, store) -> dict:
+    """The summary of one case from its stage states and its cached entries."""
+    row = {"case": plan["case"], "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
+           "max_abs": None, "kernel_us": None, "golden_us": None, "speedup": None,
+           "errors": errors}
+    if plan.get("error"):
+        row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan["error"]})
+        return row
+    entries = {s.name: cached(s, plan, store) for s in STAGES if s.name in ("golden", "validate", "bench")}
+    validate, golden, bench = entries["validate"], entries["golden"], entries["bench"]
+    if validate:
+        row["max_abs"] = validate.meta.get("max_abs")
+    if golden and "golden_us" in golden.stats:
+        row["golden_us"] = golden.stats["golden_us"]["median"]
+    if bench:
+        row["kernel_us"] = bench.stats["kernel_us"]["median"]
+    if row["kernel_us"] and row["golden_us"]:
+        row["speedup"] = row["golden_us"] / row["kernel_us"]
+    if errors or FAILED in row["stages"].values():
+        row["status"] = "FAIL"
+    elif validate and validate.meta.get("status") == "skipped":
+        row["status"] = "SKIPPED"
+    elif validate and bench:
+        row["status"] = "PASS"
+    else:
+        row["status"] = "INCOMPLETE"
+    return row
+
+
+def _num(value, fmt):
+    return "-" if value is None else format(value, fmt)
+
+
+def format_table(rows: list) -> str:
+    header = ["case", "status", *[s.name for s in STAGES], "max err", "kernel us", "golden us", "speedup"]
+    body = [[r["case"], r["status"], *r["stages"].values(), _num(r["max_abs"], ".2e"),
+             _num(r["kernel_us"], ".1f"), _num(r["golden_us"], ".1f"),
+             "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_json(path, rows: list) -> None:
+    text = json.dumps({"cases": rows, "passed": all(r["status"] == "PASS" for r in rows)},
+                      indent=1, sort_keys=True).encode()
+    atomic_write(path, lambda f: f.write(text))

@@ -1,0 +1,76 @@
+"""`golden_tasks.run`: the same pipeline and cache, scheduled in-process."""
+import dataclasses
+import traceback
+from pathlib import Path
+
+import torch
+
+from . import config, graph, report
+from .case import Case, plan_of
+from .errors import VerificationFailure
+from .forms import KernelForm
+from .store import Store
+
+
+@dataclasses.dataclass
+class RunResult:
+    """The outcome of one case: `passed` only when validation ran and passed."""
+    passed: bool
+    error: str
+    case: str
+    stages: dict  # stage -> "ran" | "cached" | "FAILED" | "-"
+    timings: dict  # stage -> seconds of the run that produced its entry
+    work_dir: Path  # where report.json for this case is written
+    bench: dict  # kernel timing stats (us)
+    golden_bench: dict  # golden timing stats (us)
+    report: dict  # the summary row
+
+    def __bool__(self):
+        return self.passed
+
+
+def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None, ignore_nan=False,
+        seed=0, backend=None, options=None, warmup=5, rounds=100, cache_dir=None, runs_dir=None) -> RunResult:
+    """Verify one kernel through every stage, reusing and filling the cache.
+
+    `fn` is a kernel form (a `@golden_tasks.jit` function); `specs` a list of
+    TensorSpec/ScalarSpec in parameter order (or a callable returning one).
+    Setup errors (ABI mismatch, bad specs, compile errors) and validation
+    mismatches come back as a failed RunResult with a precise message.
+    """
+    if not isinstance(fn, KernelForm):
+        raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, got {fn!r}")
+    case_name = name or fn.name
+    store = Store(Path(cache_dir).resolve() if cache_dir else config.cache_root())
+    work_dir = (Path(runs_dir).resolve() if runs_dir else config.runs_root()) / case_name
+    states, errors, timings = {}, {}, {}
+    plan = {"case": case_name}
+    try:
+        case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, rtol=rtol, atol=atol,
+                    compare=dict(compare or {}), ignore_nan=ignore_nan, seed=seed, backend=backend,
+                    options=dict(options or {}), warmup=warmup, rounds=rounds).resolved()
+        plan, _ = plan_of(case)
+    except VerificationFailure as exc:
+        plan["error"] = str(exc)
+    if not plan.get("error"):
+        torch.set_num_threads(config.torch_threads())
+        for stage in graph.STAGES:
+            try:
+                entry, ran = graph.execute(stage, plan, store, case)
+            except Exception as exc:
+                detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
+                states[stage.name], errors[stage.name] = report.FAILED, f"{exc}{detail}"
+                break
+            states[stage.name] = report.RAN if ran else report.CACHED
+            timings[stage.name] = entry.stats["seconds"]
+    row = report.case_row(plan, states, errors, store)
+    report.write_json(work_dir / "report.json", [row])
+    bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.get("error") else None
+                           for s in ("bench", "golden"))
+    return RunResult(
+        passed=row["status"] == "PASS",
+        error="\n".join(row["errors"].values()) or (row["status"] if row["status"] != "PASS" else None),
+        case=case_name, stages=row["stages"], timings=timings, work_dir=work_dir,
+        bench=bench.stats["kernel_us"] if bench else {},
+        golden_bench=golden_entry.stats.get("golden_us", {}) if golden_entry else {},
+        report=row)

@@ -1,0 +1,182 @@
+"""Parameter markers and the specs that describe a kernel's arguments.
+
+A spec never states a direction: the kernel's signature does (In, Out, InOut,
+Scalar), and the ABI stage stamps it onto the specs. Reading `is_input` /
+`is_output` before stamping raises rather than guessing.
+"""
+import dataclasses
+import math
+
+import torch
+
+from .errors import SpecError
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """Annotation marker for a kernel parameter: its kind and direction."""
+    kind: str  # "tensor" | "scalar"
+    direction: str  # "in" | "out" | "inout"
+
+    def __repr__(self):
+        return {"in": "In", "out": "Out", "inout": "InOut"}[self.direction] if self.kind == "tensor" else "Scalar"
+
+
+In = Param("tensor", "in")
+Out = Param("tensor", "out")
+InOut = Param("tensor", "inout")
+Scalar = Param("scalar", "in")
+
+# Factories that the init_value rule calls as factory(shape, dtype=dtype).
+TENSOR_FACTORIES = (torch.randn, torch.rand, torch.zeros, torch.ones)
+
+# name -> (python type, min, max); floats are range-checked against the dtype.
+SCALAR_DTYPES = {
+    "int8": (int, -(2**7), 2**7 - 1),
+    "int32": (int, -(2**31), 2**31 - 1),
+    "int64": (int, -(2**63), 2**63 - 1),
+    "uint8": (int, 0, 2**8 - 1),
+    "bool": (bool, False, True),
+    "float32": (float, -torch.finfo(torch.float32).max, torch.finfo(torch.float32).max),
+    "float16": (float, -torch.finfo(torch.float16).max, torch.finfo(torch.float16).max),
+    "bfloat16": (float, -torch.finfo(torch.bfloat16).max, torch.finfo(torch.bfloat16).max),
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_of(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+class _Stampable:
+    _direction = None
+
+    @property
+    def direction(self) -> str:
+        if self._direction is None:
+            raise SpecError(f"spec {self.name!r}: direction read before the ABI stage stamped it "
+                            "(directions come from the kernel signature)")
+        return self._direction
+
+    @property
+    def is_input(self) -> bool:
+        return self.direction in ("in", "inout")
+
+    @property
+    def is_output(self) -> bool:
+        return self.direction in ("out", "inout")
+
+    def stamped(self, direction: str):
+        """A copy of this spec carrying the direction read off the artifact."""
+        copy = dataclasses.replace(self)
+        object.__setattr__(copy, "_direction", direction)
+        return copy
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TensorSpec(_Stampable):
+    """A tensor parameter. `init_value` is its initial content only:
+
+    None -> zeros; int/float -> filled; a tensor -> converted to `dtype`;
+    torch.randn/rand/zeros/ones -> called with (shape, dtype=dtype);
+    any other callable -> called with no arguments, result converted.
+    Random data is never implicit; the pipeline seeds every call.
+    """
+    name: str
+    shape: tuple
+    dtype: torch.dtype
+    init_value: object = None
+    kind = "tensor"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise SpecError(f"TensorSpec name {self.name!r} is not an identifier")
+        try:
+            shape = tuple(int(d) for d in self.shape)
+        except TypeError:
+            raise SpecError(f"spec {self.name!r}: shape {self.shape!r} is not a sequence of ints") from None
+        if any(d < 0 for d in shape):
+            raise SpecError(f"spec {self.name!r}: negative dimension in shape {shape}")
+        object.__setattr__(self, "shape", shape)
+        if not isinstance(self.dtype, torch.dtype):
+            raise SpecError(f"spec {self.name!r}: dtype {self.dtype!r} is not a torch.dtype")
+        init = self.init_value
+        if not (init is None or isinstance(init, (int, float, torch.Tensor)) or callable(init)):
+            raise SpecError(f"spec {self.name!r}: unknown init_value {init!r} "
+                            "(expected None, a number, a tensor or a callable)")
+        if isinstance(init, torch.Tensor) and tuple(init.shape) != shape:
+            raise SpecError(f"spec {self.name!r}: init_value tensor has shape {tuple(init.shape)}, "
+                            f"spec shape is {shape}")
+
+    def make(self) -> torch.Tensor:
+        """The initial tensor; callers seed torch's RNG first."""
+        init = self.init_value
+        if init is None:
+            return torch.zeros(self.shape, dtype=self.dtype)
+        if isinstance(init, (int, float)):
+            return torch.full(self.shape, init, dtype=self.dtype)
+        if isinstance(init, torch.Tensor):
+            return init.detach().to(self.dtype).clone()
+        if any(init is f for f in TENSOR_FACTORIES):
+            return init(self.shape, dtype=self.dtype)
+        value = torch.as_tensor(init()).to(self.dtype)
+        if tuple(value.shape) != self.shape:
+            raise SpecError(f"spec {self.name!r}: init_value callable returned shape "
+                            f"{tuple(value.shape)}, spec shape is {self.shape}")
+        return value.contiguous()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ScalarSpec(_Stampable):
+    """A scalar parameter, checked for type and range at construction."""
+    name: str
+    dtype: torch.dtype
+    value: object
+    kind = "scalar"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise SpecError(f"ScalarSpec name {self.name!r} is not an identifier")
+        name = dtype_name(self.dtype) if isinstance(self.dtype, torch.dtype) else None
+        if name not in SCALAR_DTYPES:
+            raise SpecError(f"scalar {self.name!r}: dtype {self.dtype!r} is not one of "
+                            f"{', '.join(SCALAR_DTYPES)}")
+        pytype, lo, hi = SCALAR_DTYPES[name]
+        value = self.value
+        ok_type = isinstance(value, bool) if pytype is bool else (
+            isinstance(value, pytype) and not isinstance(value, bool)
+            or pytype is float and isinstance(value, int) and not isinstance(value, bool))
+        if not ok_type:
+            raise SpecError(f"scalar {self.name!r}: value {value!r} is not a {pytype.__name__} "
+                            f"for dtype {name}")
+        if pytype is float and math.isfinite(value) and not lo <= value <= hi:
+            raise SpecError(f"scalar {self.name!r}: value {value!r} is out of range for {name}")
+        if pytype is int and not lo <= value <= hi:
+            raise SpecError(f"scalar {self.name!r}: value {value!r} is out of range for {name} [{lo}, {hi}]")
+        object.__setattr__(self, "value", pytype(value))
+
+    @property
+    def shape(self) -> tuple:
+        return ()
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        """The value as a 0-dim tensor of the scalar's dtype."""
+        return torch.tensor(self.value, dtype=self.dtype)
+
+
+def signature_of(spec) -> dict:
+    """The spec's part of the ABI: name, kind, shape, dtype (and a scalar's value)."""
+    sig = {"name": spec.name, "kind": spec.kind, "shape": list(spec.shape), "dtype": dtype_name(spec.dtype)}
+    if spec.kind == "scalar":
+        sig["value"] = spec.value
+    return sig
+
+
+def stamp_all(specs, table) -> list:
+    """Stamp each spec with the direction of the same-named row of an ABI-checked table."""
+    directions = {row["name"]: row["direction"] for row in table}
+    return [s.stamped(directions[s.name]) for s in specs]

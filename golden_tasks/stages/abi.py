@@ -1,0 +1,50 @@
+"""ABI check: the spec list against the kernel's declared parameter table.
+
+Names (both set differences), order (compared, never repaired by name), kind,
+and, where the table declares them, dtype and shape (None is a dynamic dim);
+scalars must be In. Every mismatch is collected into one message, before any
+tensor is allocated. The output is the table stamped with directions.
+"""
+from . import Outputs, StageFailed
+
+
+def problems(params: list, signature: list) -> list:
+    declared = [p["name"] for p in params]
+    given = [s["name"] for s in signature]
+    found = []
+    missing, extra = [n for n in declared if n not in given], [n for n in given if n not in declared]
+    if missing:
+        found.append(f"kernel parameters with no spec: {', '.join(missing)}")
+    if extra:
+        found.append(f"specs that are not kernel parameters: {', '.join(extra)}")
+    if not missing and not extra and declared != given:
+        found.append(f"order differs: kernel ({', '.join(declared)}) vs specs ({', '.join(given)})")
+    specs = {s["name"]: s for s in signature}
+    for p in params:
+        s = specs.get(p["name"])
+        if s is None:
+            continue
+        where = f"parameter {p['name']!r}"
+        if p["kind"] != s["kind"]:
+            found.append(f"{where}: kernel declares a {p['kind']}, spec is a {s['kind']}")
+        if p["kind"] == "scalar" and p["direction"] != "in":
+            found.append(f"{where}: a scalar must be In, kernel declares {p['direction']}")
+        if p.get("dtype") is not None and p["dtype"] != s["dtype"]:
+            found.append(f"{where}: kernel expects dtype {p['dtype']}, spec has {s['dtype']}")
+        shape = p.get("shape")
+        if shape is not None:
+            if len(shape) != len(s["shape"]):
+                found.append(f"{where}: kernel expects rank {len(shape)}, spec has shape {s['shape']}")
+            elif any(d is not None and d != g for d, g in zip(shape, s["shape"])):
+                found.append(f"{where}: kernel expects shape {shape}, spec has {s['shape']}")
+    return found
+
+
+def run(case, plan, workdir):
+    found = problems(plan["params"], plan["signature"])
+    if found:
+        raise StageFailed(f"ABI mismatch for {plan['case']}:\n  " + "\n  ".join(found))
+    directions = {p["name"]: p["direction"] for p in plan["params"]}
+    table = [{"name": s["name"], "kind": s["kind"], "direction": directions[s["name"]],
+              "shape": s["shape"], "dtype": s["dtype"]} for s in plan["signature"]]
+    return Outputs(meta={"table": table})

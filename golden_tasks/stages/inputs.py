@@ -1,0 +1,28 @@
+"""Inputs: In and InOut tensors from their init_value, each under its own seed.
+
+Each spec's seed derives from the case seed and the spec's name, so a tensor
+is bitwise identical in any process and independent of the other specs.
+"""
+import torch
+import xxhash
+
+from ..specs import stamp_all
+from . import Outputs
+
+
+def spec_seed(seed: int, name: str) -> int:
+    return xxhash.xxh64_intdigest(f"{seed}:{name}".encode()) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def make(spec, seed: int) -> torch.Tensor:
+    """The spec's initial tensor, seeded."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec_seed(seed, spec.name))
+        return spec.make()
+
+
+def run(case, plan, workdir, abi):
+    specs = stamp_all(case.specs, abi.meta["table"])
+    tensors = {s.name: make(s, plan["seed"]) for s in specs if s.kind == "tensor" and s.is_input}
+    scalars = {s.name: s.value for s in specs if s.kind == "scalar"}
+    return Outputs(tensors=tensors, meta={"scalars": scalars})
