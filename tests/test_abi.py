@@ -1,0 +1,46 @@
+from golden_tasks.stages.abi import problems
+
+
+def params(*rows):
+    return [dict(zip(("name", "kind", "direction"), r)) for r in rows]
+
+
+def sig(*rows):
+    return [dict(zip(("name", "kind", "shape", "dtype"), r)) for r in rows]
+
+
+KERNEL = params(("x", "tensor", "in"), ("out", "tensor", "out"), ("eps", "scalar", "in"))
+GOOD = sig(("x", "tensor", [4], "float32"), ("out", "tensor", [4], "float32"), ("eps", "scalar", [], "float32"))
+
+
+def test_matching_specs_have_no_problems():
+    assert problems(KERNEL, GOOD) == []
+
+
+def test_order_is_compared_not_repaired():
+    found = problems(KERNEL, [GOOD[1], GOOD[0], GOOD[2]])
+    assert found == ["order differs: kernel (x, out, eps) vs specs (out, x, eps)"]
+
+
+def test_missing_and_extra_are_reported_both_ways():
+    extra = sig(("y", "tensor", [4], "float32"))
+    found = problems(KERNEL, [GOOD[0], GOOD[2], *extra])
+    assert "kernel parameters with no spec: out" in found
+    assert "specs that are not kernel parameters: y" in found
+
+
+def test_kind_and_scalar_direction():
+    kernel = params(("x", "tensor", "in"), ("out", "scalar", "out"), ("eps", "scalar", "in"))
+    found = problems(kernel, GOOD)
+    assert "parameter 'out': kernel declares a scalar, spec is a tensor" in found
+    assert "parameter 'out': a scalar must be In, kernel declares out" in found
+
+
+def test_declared_dtype_and_shape_are_checked_with_dynamic_dims():
+    kernel = [{"name": "x", "kind": "tensor", "direction": "in", "dtype": "bfloat16", "shape": [None, 8]}]
+    found = problems(kernel, sig(("x", "tensor", [3, 4], "float32")))
+    assert found == ["parameter 'x': kernel expects dtype bfloat16, spec has float32",
+                     "parameter 'x': kernel expects shape [None, 8], spec has [3, 4]"]
+    assert problems(kernel, sig(("x", "tensor", [5, 8], "bfloat16"))) == []
+    assert problems(kernel, sig(("x", "tensor", [8], "bfloat16"))) == [
+        "parameter 'x': kernel expects rank 2, spec has shape [8]"]

@@ -1,0 +1,100 @@
+import importlib
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from golden_tasks.fingerprint import Fingerprinter, fingerprint
+
+BASE = '''
+import torch
+from {helpers} import scale
+
+OFFSET = 1.0
+TABLE = torch.arange(4.0)
+
+def kernel(x):
+    """Adds things."""
+    # why: a comment
+    return scale(x) + OFFSET + TABLE.sum()
+'''
+HELPERS = '''
+FACTOR = 2.0
+
+def scale(x):
+    return x * FACTOR
+'''
+
+
+@pytest.fixture
+def load(tmp_path, monkeypatch):
+    """Write modules under a unique package and import them fresh."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    counter = iter(range(1000))
+
+    def _load(source, helpers=HELPERS):
+        pkg = f"fpkg{next(counter)}"
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+        (tmp_path / pkg / "helpers.py").write_text(textwrap.dedent(helpers))
+        (tmp_path / pkg / "mod.py").write_text(textwrap.dedent(source.format(helpers=f"{pkg}.helpers")))
+        importlib.invalidate_caches()
+        return importlib.import_module(f"{pkg}.mod")
+    yield _load
+    for name in [n for n in sys.modules if n.startswith("fpkg")]:
+        del sys.modules[name]
+
+
+def test_comments_docstrings_and_blank_lines_do_not_change_it(load):
+    a = load(BASE)
+    b = load(BASE.replace('"""Adds things."""', '"""Adds several things."""')
+             .replace("# why: a comment", "# another comment\n\n\n"))
+    assert fingerprint(a.kernel) == fingerprint(b.kernel)
+
+
+@pytest.mark.parametrize("edit", [
+    ("OFFSET = 1.0", "OFFSET = 1.5"),  # module-level constant
+    ("torch.arange(4.0)", "torch.arange(5.0)"),  # module-level tensor
+    ("+ OFFSET", "- OFFSET"),  # the body
+])
+def test_code_and_referenced_constants_change_it(load, edit):
+    assert fingerprint(load(BASE).kernel) != fingerprint(load(BASE.replace(*edit)).kernel)
+
+
+def test_a_helper_in_another_project_module_changes_it(load):
+    a = load(BASE)
+    b = load(BASE, helpers=HELPERS.replace("FACTOR = 2.0", "FACTOR = 3.0"))
+    c = load(BASE, helpers=HELPERS + "\ndef unrelated():\n    return 1\n")
+    assert fingerprint(a.kernel) != fingerprint(b.kernel)
+    assert fingerprint(a.kernel) == fingerprint(c.kernel)
+
+
+def test_module_attribute_access_is_followed(load):
+    src = "from {helpers} import scale\nimport {helpers} as h\n\ndef kernel(x):\n    return h.scale(x)\n"
+    a = load(src)
+    b = load(src, helpers=HELPERS.replace("x * FACTOR", "x + FACTOR"))
+    assert fingerprint(a.kernel) != fingerprint(b.kernel)
+
+
+def test_source_files_read_are_recorded(load):
+    mod = load(BASE)
+    fp = Fingerprinter()
+    fp(mod.kernel)
+    assert {p.rsplit("/", 1)[-1] for p in fp.files} == {"mod.py", "helpers.py"}
+
+
+def test_closures_defaults_and_values():
+    def make(k):
+        return lambda x, y=2: x * k + y
+    assert fingerprint(make(1)) != fingerprint(make(2))
+    assert fingerprint(make(1)) == fingerprint(make(1))
+    assert fingerprint(torch.ones(3)) != fingerprint(torch.ones(3, dtype=torch.float64))
+    assert fingerprint({"a": 1.0, "b": [1, 2]}) == fingerprint({"b": [1, 2], "a": 1.0})
+    assert fingerprint(0.1) != fingerprint(0.1 + 1e-17 * 10)
+    assert fingerprint(torch.randn) == fingerprint(torch.randn) != fingerprint(torch.rand)
+
+
+def test_recursion_terminates(load):
+    mod = load("def f(n):\n    return 1 if n == 0 else g(n - 1)\n\ndef g(n):\n    return f(n)\n")
+    assert fingerprint(mod.f)

@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from golden_tasks import CompileError, In, InOut, Out, Scalar, ScalarSpec, TensorSpec, jit
+from golden_tasks.forms import Artifact
+
+
+@jit
+def axpy(x: In, y: InOut, alpha: Scalar):
+    y.add_(x * alpha)
+
+
+SPECS = [TensorSpec("x", (4, 8), torch.float32), TensorSpec("y", (4, 8), torch.float32),
+         ScalarSpec("alpha", torch.float32, 0.5)]
+
+
+def stamped(kernel, specs):
+    return [s.stamped(p["direction"]) for s, p in zip(specs, kernel.params())]
+
+
+def test_param_table_comes_from_the_signature():
+    assert axpy.params() == [{"name": "x", "kind": "tensor", "direction": "in"},
+                             {"name": "y", "kind": "tensor", "direction": "inout"},
+                             {"name": "alpha", "kind": "scalar", "direction": "in"}]
+
+
+def test_unannotated_parameter_is_rejected():
+    with pytest.raises(TypeError, match="parameter 'b' needs an In, Out, InOut or Scalar annotation"):
+        @jit
+        def k(a: In, b):
+            pass
+
+
+def test_writing_an_in_parameter_is_a_compile_error(tmp_path):
+    @jit
+    def k(x: In, y: InOut, alpha: Scalar):
+        x.mul_(alpha)
+        y.add_(x)
+    with pytest.raises(CompileError, match="writes its In parameter 'x'"):
+        k.compile(stamped(k, SPECS), {"backend": "eager"}, tmp_path)
+
+
+def test_never_writing_an_out_parameter_is_a_compile_error(tmp_path):
+    @jit
+    def k(x: In, out: Out):
+        x + 1
+    specs = [TensorSpec("x", (3,), torch.float32), TensorSpec("out", (3,), torch.float32)]
+    with pytest.raises(CompileError, match="never writes its Out parameter 'out'"):
+        k.compile(stamped(k, specs), {"backend": "eager"}, tmp_path)
+
+
+def test_unknown_backend(tmp_path):
+    with pytest.raises(CompileError, match="unknown backend 'tvm'"):
+        axpy.compile(stamped(axpy, SPECS), {"backend": "tvm"}, tmp_path)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aoti"])
+def test_backends_compile_embed_the_table_and_run(tmp_path, backend):
+    artifact = axpy.compile(stamped(axpy, SPECS), {"backend": backend}, tmp_path)
+    assert artifact.backend == backend
+    assert [r["name"] for r in artifact.table] == ["x", "y", "alpha"]
+    assert artifact.table[0] == {"name": "x", "kind": "tensor", "direction": "in", "shape": [4, 8],
+                                 "dtype": "float32"}
+    # reload from the stored files alone, as a worker does
+    restored = Artifact.restore(backend, artifact.table, artifact.files)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    expected = y + 0.5 * x
+    restored.load()(x, y, 0.5)
+    torch.testing.assert_close(y, expected)

@@ -1,0 +1,71 @@
+import pytest
+import torch
+
+from golden_tasks import ScalarSpec, SpecError, TensorSpec
+from golden_tasks.specs import signature_of, stamp_all
+
+
+def test_init_value_rules():
+    assert torch.equal(TensorSpec("a", (2, 3), torch.float32).make(), torch.zeros(2, 3))
+    assert torch.equal(TensorSpec("a", (2,), torch.int32, 7).make(), torch.tensor([7, 7], dtype=torch.int32))
+    src = torch.tensor([1.5, 2.5], dtype=torch.float64)
+    made = TensorSpec("a", (2,), torch.bfloat16, src).make()
+    assert made.dtype == torch.bfloat16 and made.tolist() == [1.5, 2.5]
+    torch.manual_seed(0)
+    r = TensorSpec("a", (4, 4), torch.float32, torch.randn).make()
+    torch.manual_seed(0)
+    assert torch.equal(r, torch.randn(4, 4))
+    assert torch.equal(TensorSpec("a", (3,), torch.float32, torch.ones).make(), torch.ones(3))
+    assert TensorSpec("a", (2,), torch.float16, lambda: [1, 2]).make().dtype == torch.float16
+
+
+def test_bad_tensor_specs_name_the_spec():
+    with pytest.raises(SpecError, match="'y'.*unknown init_value"):
+        TensorSpec("y", (2,), torch.float32, "randn")
+    with pytest.raises(SpecError, match="'y'.*init_value tensor has shape"):
+        TensorSpec("y", (2,), torch.float32, torch.zeros(3))
+    with pytest.raises(SpecError, match="'y'.*init_value callable returned shape"):
+        TensorSpec("y", (2,), torch.float32, lambda: torch.zeros(3)).make()
+    with pytest.raises(SpecError, match="'y'.*negative"):
+        TensorSpec("y", (2, -1), torch.float32)
+    with pytest.raises(SpecError, match="'y'.*not a torch.dtype"):
+        TensorSpec("y", (2,), "float32")
+
+
+@pytest.mark.parametrize("dtype,value", [
+    (torch.int8, -128), (torch.int32, 2**31 - 1), (torch.int64, -(2**63)), (torch.uint8, 255),
+    (torch.bool, True), (torch.float32, 1e-6), (torch.float16, -2.5), (torch.bfloat16, 3),
+])
+def test_scalar_dtypes_accept_their_values(dtype, value):
+    spec = ScalarSpec("s", dtype, value)
+    assert spec.tensor.dtype == dtype and spec.tensor.dim() == 0
+
+
+@pytest.mark.parametrize("dtype,value,match", [
+    (torch.int8, 128, "out of range"), (torch.uint8, -1, "out of range"), (torch.int32, 1.0, "not a int"),
+    (torch.bool, 1, "not a bool"), (torch.float16, 1e6, "out of range"), (torch.float32, "1", "not a float"),
+    (torch.complex64, 1.0, "is not one of"),
+])
+def test_scalar_checks(dtype, value, match):
+    with pytest.raises(SpecError, match=f"scalar 's'.*{match}"):
+        ScalarSpec("s", dtype, value)
+
+
+def test_direction_is_stamped_never_guessed():
+    spec = TensorSpec("x", (2,), torch.float32)
+    with pytest.raises(SpecError, match="before the ABI stage stamped"):
+        spec.is_output
+    with pytest.raises(SpecError):
+        spec.is_input
+    out = spec.stamped("out")
+    assert out.is_output and not out.is_input and spec._direction is None
+    inout = spec.stamped("inout")
+    assert inout.is_input and inout.is_output
+
+
+def test_stamp_all_and_signature():
+    specs = [TensorSpec("x", (2,), torch.float32), ScalarSpec("k", torch.int32, 3)]
+    table = [{"name": "k", "direction": "in"}, {"name": "x", "direction": "inout"}]
+    x, k = stamp_all(specs, table)
+    assert x.direction == "inout" and k.direction == "in"
+    assert signature_of(specs[1]) == {"name": "k", "kind": "scalar", "shape": [], "dtype": "int32", "value": 3}
