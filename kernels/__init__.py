@@ -1,0 +1,1 @@
+"""Kernel modules: each defines a @jit kernel, its golden and its CASES."""
