@@ -18,6 +18,21 @@ def runs_root(project: Path = None) -> Path:
     return Path(os.environ.get(RUNS_ENV) or (project or Path.cwd()) / "runs").resolve()
 
 
+def apply_threads() -> int:
+    """Size this process's thread pools: torch's, and OpenMP's for compiled kernels.
+
+    AOTInductor artifacts link the system OpenMP runtime, which torch's
+    set_num_threads does not reach; it reads OMP_NUM_THREADS when an artifact
+    is first loaded, so set it before that.
+    """
+    import torch  # noqa: PLC0415 -- only in processes that run stages
+
+    threads = torch_threads()
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    return threads
+
+
 def torch_threads() -> int:
     """Threads per worker: $GOLDEN_TASKS_THREADS, else the cores shared among doit's workers."""
     if os.environ.get(THREADS_ENV):

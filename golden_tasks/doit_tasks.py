@@ -59,10 +59,8 @@ def _is_cached(root, stage, case):
 
 
 def _threads_configured():
-    import torch  # noqa: PLC0415 -- only in the process that runs stages
-
-    if getattr(_threads_configured, "done", 0) != os.getpid():
-        torch.set_num_threads(config.torch_threads())
+    if getattr(_threads_configured, "done", 0) != os.getpid():  # once per worker process
+        config.apply_threads()
         _threads_configured.done = os.getpid()
 
 

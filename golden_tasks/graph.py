@@ -82,11 +82,15 @@ def cached(stage: Stage, plan: dict, store: Store):
     return store.get(stage.name, key) if key else None
 
 
+def _tensors():
+    """The tensor I/O module, imported only when a stage has tensors (it imports torch)."""
+    return importlib.import_module("golden_tasks.tensors")
+
+
 def load_outputs(store: Store, entry: Entry):
     from .stages import Outputs  # noqa: PLC0415
-    from .tensors import load_tensor  # noqa: PLC0415
 
-    tensors = {n: load_tensor(store, r) for n, r in entry.objects.items() if r["kind"] == "tensor"}
+    tensors = {n: _tensors().load_tensor(store, r) for n, r in entry.objects.items() if r["kind"] == "tensor"}
     files = {n: store.object_path(r["digest"]) for n, r in entry.objects.items() if r["kind"] == "file"}
     return Outputs(tensors=tensors, files=files, meta=entry.meta, stats=entry.stats)
 
@@ -108,15 +112,13 @@ def execute(stage: Stage, plan: dict, store: Store, case=None) -> tuple[Entry, b
         from .case import live_case  # noqa: PLC0415
 
         case = live_case(plan)
-    from .tensors import put_tensor  # noqa: PLC0415
-
     module = importlib.import_module(f"golden_tasks.stages.{stage.name}")
     inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
     with tempfile.TemporaryDirectory(prefix=f"golden-{stage.name}-") as work:
         start = time.perf_counter()
         out = module.run(case, plan, Path(work), **inputs)
         elapsed = time.perf_counter() - start
-        objects = {n: {**put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
+        objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
         objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
     entry = store.commit(stage.name, key, plan["case"], objects, out.meta, {**out.stats, "seconds": elapsed})
     return entry, True

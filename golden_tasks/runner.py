@@ -3,8 +3,6 @@ import dataclasses
 import traceback
 from pathlib import Path
 
-import torch
-
 from . import config, graph, report
 from .case import Case, plan_of
 from .errors import VerificationFailure
@@ -53,7 +51,7 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
     except VerificationFailure as exc:
         plan["error"] = str(exc)
     if not plan.get("error"):
-        torch.set_num_threads(config.torch_threads())
+        config.apply_threads()
         for stage in graph.STAGES:
             try:
                 entry, ran = graph.execute(stage, plan, store, case)

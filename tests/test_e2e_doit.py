@@ -1,0 +1,168 @@
+"""End to end: real `doit` in a temporary copy of the project with its own cache.
+
+One cold run of the whole library (with -n 2), then edits to a copy of
+kernels/rms_norm.py, asserting from `doit --reporter=json` exactly which
+stages ran and which were reused ("up-to-date").
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = {"compile", "inputs", "golden", "dispatch", "validate", "bench"}
+
+KERNEL_LINE = 'out.copy_((x.float() * inv_rms * weight.float()).to(out.dtype))'
+GOLDEN_LINE = 't["out"].copy_(x / rms * t["weight"].double())'
+# 2**-20 is far inside rtol=1e-5 yet changes float32 bits: the outputs' digests change.
+NUDGE = " * (1 + 2**-20)"
+
+
+class Project:
+    def __init__(self, path: Path):
+        self.path = path
+        self.env = {**os.environ, "GOLDEN_TASKS_CACHE": str(path / "cache"),
+                    "GOLDEN_TASKS_RUNS": str(path / "runs"), "PYTHONWARNINGS": "ignore"}
+
+    def doit(self, *args):
+        """Run doit with the JSON reporter; return (exit code, {task: result}, raw report)."""
+        proc = subprocess.run([sys.executable, "-m", "doit", "--reporter=json", *args], cwd=self.path,
+                              env=self.env, capture_output=True, text=True, timeout=1200)
+        try:
+            report = json.loads(proc.stdout)
+        except ValueError:
+            pytest.fail(f"doit printed no JSON report:\n{proc.stdout}\n{proc.stderr}")
+        return proc.returncode, {t["name"]: t["result"] for t in report["tasks"]}, report
+
+    def console(self, *args):
+        return subprocess.run([sys.executable, "-m", "doit", *args], cwd=self.path, env=self.env,
+                              capture_output=True, text=True, timeout=1200)
+
+    def edit(self, module, old, new):
+        path = self.path / "kernels" / f"{module}.py"
+        text = path.read_text()
+        assert text.count(old) == 1, f"{old!r} not found once in {path}"
+        path.write_text(text.replace(old, new))
+
+
+def ran(results):
+    return {name for name, r in results.items() if r in ("success", "fail")}
+
+
+def heavy_ran(results):
+    return {n for n in ran(results) if n.split(":")[0] in HEAVY}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    path = tmp_path_factory.mktemp("project")
+    shutil.copy(ROOT / "dodo.py", path)
+    shutil.copytree(ROOT / "kernels", path / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    proj = Project(path)
+    proj.original = (path / "kernels" / "rms_norm.py").read_text()
+    proj.cold = proj.doit("-n", "2", "verify")
+    return proj
+
+
+@pytest.fixture
+def fresh(project):
+    """Restore the kernel module after each test and bring the cache back up to date."""
+    yield project
+    (project.path / "kernels" / "rms_norm.py").write_text(project.original)
+    for leftover in (project.path / "kernels").glob("broken_*.py"):
+        leftover.unlink()
+
+
+def test_cold_run_passes_every_case(project):
+    code, results, _ = project.cold
+    assert code == 0, results
+    assert results and set(results.values()) <= {"success", "up-to-date"}
+    cases = {n.split(":", 1)[1] for n in results if n.startswith("verify:")}
+    assert {"hello_world", "rms_norm", "rms_norm_bf16", "layer_norm", "softmax", "rope", "gemm"} <= cases
+    for case in cases:
+        assert results[f"compile:{case}"] == "success" and results[f"bench:{case}"] == "success"
+
+
+def test_second_run_is_all_up_to_date(fresh):
+    code, results, _ = fresh.doit("verify")
+    assert code == 0
+    stages = {n: r for n, r in results.items() if not n.startswith("verify")}
+    assert stages and set(stages.values()) == {"up-to-date"}
+
+
+def test_summary_table_and_json_report(fresh):
+    proc = fresh.console("verify:rms_norm")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rms_norm  PASS    cached  cached" in proc.stdout
+    data = json.loads((fresh.path / "runs" / "report.json").read_text())
+    (row,) = data["cases"]
+    assert data["passed"] and row["case"] == "rms_norm" and row["status"] == "PASS"
+    assert row["kernel_us"] > 0 and row["golden_us"] > 0 and row["max_abs"] < 1e-4
+
+
+def test_golden_only_edit_reruns_golden_and_validate(fresh):
+    fresh.edit("rms_norm", GOLDEN_LINE, GOLDEN_LINE[:-1] + NUDGE + ")")
+    code, results, _ = fresh.doit("verify:rms_norm")
+    assert code == 0
+    assert heavy_ran(results) == {"golden:rms_norm", "validate:rms_norm"}
+
+
+def test_kernel_only_edit_reruns_compile_dispatch_validate_bench(fresh):
+    fresh.edit("rms_norm", KERNEL_LINE, KERNEL_LINE.replace(".to(", NUDGE + ").to(", 1).replace(
+        "(x.float()", "((x.float()", 1))
+    code, results, _ = fresh.doit("verify:rms_norm")
+    assert code == 0, results
+    assert heavy_ran(results) == {"compile:rms_norm", "dispatch:rms_norm", "validate:rms_norm", "bench:rms_norm"}
+    # reverting the edit finds the earlier entries again
+    (fresh.path / "kernels" / "rms_norm.py").write_text(fresh.original)
+    code, results, _ = fresh.doit("verify:rms_norm")
+    assert code == 0 and heavy_ran(results) == set()
+
+
+def test_comment_docstring_and_blank_line_edit_reruns_nothing_heavy(fresh):
+    fresh.edit("rms_norm", "    inv_rms = torch.rsqrt", "    # a new comment\n\n    inv_rms = torch.rsqrt")
+    fresh.edit("rms_norm", '"""Row RMS norm;', '"""Row-wise RMS norm;')
+    code, results, _ = fresh.doit("verify:rms_norm", "verify:rms_norm_bf16")
+    assert code == 0 and heavy_ran(results) == set()
+    assert results["validate:rms_norm"] == "up-to-date"
+
+
+def test_broken_kernel_fails_although_a_correct_one_is_cached(fresh):
+    fresh.edit("rms_norm", "sum_sq / cols + eps)", "sum_sq / cols + eps * 1e6)")
+    code, results, report = fresh.doit("--continue", "verify:rms_norm", "verify:softmax")
+    assert code != 0
+    assert results["validate:rms_norm"] == "fail" and results["compile:rms_norm"] == "success"
+    (failure,) = [t for t in report["tasks"] if t["name"] == "validate:rms_norm"]
+    assert "validation FAILED for rms_norm" in failure["error"] and "mismatched" in failure["error"]
+    assert results["validate:softmax"] == "up-to-date"  # the other case is still verified
+
+
+def test_a_module_that_fails_to_import_fails_only_its_case(fresh):
+    (fresh.path / "kernels" / "broken_import.py").write_text("import torch\nraise RuntimeError('no luck')\n")
+    code, results, report = fresh.doit("--continue", "verify")
+    assert code != 0
+    assert results["plan:broken_import"] == "fail"
+    (failure,) = [t for t in report["tasks"] if t["name"] == "plan:broken_import"]
+    assert "kernels/broken_import.py failed to import: RuntimeError: no luck" in failure["error"]
+    others = {n: r for n, r in results.items() if "broken_import" not in n and not n.startswith("verify")}
+    assert set(others.values()) == {"up-to-date"}
+
+
+def test_abi_mismatch_fails_before_compile(fresh):
+    fresh.edit("rms_norm", '        ScalarSpec("eps", torch.float32, 1e-6),\n', "")
+    code, results, report = fresh.doit("verify:rms_norm")
+    assert code != 0 and results["abi:rms_norm"] == "fail"
+    assert "compile:rms_norm" not in ran(results)
+    (failure,) = [t for t in report["tasks"] if t["name"] == "abi:rms_norm"]
+    assert "kernel parameters with no spec: eps" in failure["error"]
+
+
+def test_doit_list_and_info_tell_the_truth(fresh):
+    listing = fresh.console("list", "--all", "-s").stdout
+    assert "U verify:rms_norm" in listing or "U   compile:rms_norm" in listing or "U compile:rms_norm" in listing
+    info = fresh.console("info", "validate:rms_norm").stdout
+    assert "up-to-date" in info
