@@ -1,6 +1,7 @@
 """doit entry point: `doit verify`, `doit verify:<case>`, `doit -n 4 verify`, `doit list`.
 
-Variables: `backend=eager|aoti` overrides every case's compile backend.
+Variables (after the task names): backend=eager|aoti, options='{"inductor config": value}',
+warmup=N, rounds=N override every case's settings.
 """
 from pathlib import Path
 

@@ -57,6 +57,11 @@ class Case:
         return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs)
 
 
+# Plan fields that come from the module's source; the others (backend, options,
+# bench) may also be overridden from the command line.
+SOURCE_FIELDS = ("params", "signature", "specs", "seed", "kernel", "golden", "policy")
+
+
 def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
     """The plan of a resolved case, and the user source files its fingerprints read."""
     fp = Fingerprinter()
@@ -101,7 +106,7 @@ def live_case(plan: dict) -> Case:
         if case.name == plan["case"]:
             resolved = case.resolved(module)
             current, _ = plan_of(resolved, plan["module"])
-            changed = [k for k in current if k not in ("backend", "options") and current[k] != plan[k]]
+            changed = [k for k in SOURCE_FIELDS if current[k] != plan[k]]
             if changed:
                 raise SpecError(f"case {plan['case']!r}: {module.__file__} changed since the task graph "
                                 f"was planned ({', '.join(changed)}); run doit again")

@@ -6,6 +6,7 @@ lookups of the stage's current key, so `doit list -s`, `doit info` and
 `doit --reporter=json` report a cache hit as up-to-date. Actions run the stage
 through graph.execute (in doit's worker processes with -n N).
 """
+import json
 import os
 import traceback
 from pathlib import Path
@@ -29,18 +30,42 @@ class Library:
     def __init__(self, root: Path):
         self.root = root
         self.store = Store(config.cache_root(root))
-        backend = get_var("backend", None)
+        overrides = command_line_overrides()
         self.plans = {}
         for plan in load_plans(root, self.store.root):
             if plan["case"] in self.plans:
                 plan = {**plan, "error": f"case {plan['case']!r} is defined in both {plan['module']} "
                                          f"and {self.plans[plan['case']]['module']}"}
-            if backend and not plan.get("error"):
-                plan = {**plan, "backend": backend}
+            if not plan.get("error"):
+                plan = {**plan, **{k: v(plan[k]) for k, v in overrides.items()}}
             self.plans[plan["case"]] = plan
 
     def ok(self):
         return [p for p in self.plans.values() if not p.get("error")]
+
+
+def command_line_overrides() -> dict:
+    """Plan fields set by doit variables: backend=NAME, options=JSON (backend options,
+    merged over each case's), warmup=N, rounds=N. Each maps old value -> new."""
+    overrides = {}
+    if backend := get_var("backend", None):
+        overrides["backend"] = lambda _: backend
+    if options := get_var("options", None):
+        try:
+            extra = json.loads(options)
+            assert isinstance(extra, dict)
+        except (ValueError, AssertionError):
+            raise ValueError(f"doit variable options={options!r} is not a JSON object") from None
+        overrides["options"] = lambda old: {**old, **extra}
+    bench = {}
+    for name in ("warmup", "rounds"):
+        if (value := get_var(name, None)) is not None:
+            if not value.isdigit() or (name == "rounds" and int(value) == 0):
+                raise ValueError(f"doit variable {name}={value!r} is not a {'positive' if name == 'rounds' else 'non-negative'} integer")
+            bench[name] = int(value)
+    if bench:
+        overrides["bench"] = lambda old: {**old, **bench}
+    return overrides
 
 
 _libraries = {}

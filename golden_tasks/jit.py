@@ -7,6 +7,7 @@ generation, for debugging). Scalars are specialised into the artifact as
 constants; their values are part of the compile key.
 """
 import inspect
+import os
 import tempfile
 from pathlib import Path
 
@@ -122,6 +123,21 @@ class _Call(torch.nn.Module):
         return ()
 
 
+def _pt2_name(path: Path) -> Path:
+    """A `.pt2`-suffixed path to the package: the loader insists on the suffix,
+    store objects are named by digest. The link is named by the object's name
+    (its digest) and replaced atomically, so concurrent workers agree."""
+    if path.suffix == ".pt2":
+        return path
+    links = Path(tempfile.gettempdir()) / f"golden-tasks-{os.getuid()}"
+    links.mkdir(exist_ok=True)
+    link, tmp = links / f"{path.name}.pt2", links / f".{path.name}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(path.resolve())
+    os.replace(tmp, link)
+    return link
+
+
 class AotiArtifact(Artifact):
     backend = "aoti"
 
@@ -140,10 +156,7 @@ class AotiArtifact(Artifact):
         return cls(table, {"kernel.pt2": path})
 
     def load(self):
-        # The loader insists on a `.pt2` name; store objects are named by digest.
-        link = Path(tempfile.mkdtemp(prefix="golden-aoti-")) / "kernel.pt2"
-        link.symlink_to(self.files["kernel.pt2"].resolve())
-        runner = torch._inductor.aoti_load_package(str(link))
+        runner = torch._inductor.aoti_load_package(str(_pt2_name(self.files["kernel.pt2"])))
         tensor_slots = [i for i, row in enumerate(self.table) if row["kind"] == "tensor"]
 
         def call(*args):

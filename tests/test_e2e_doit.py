@@ -166,3 +166,27 @@ def test_doit_list_and_info_tell_the_truth(fresh):
     assert "U verify:rms_norm" in listing or "U   compile:rms_norm" in listing or "U compile:rms_norm" in listing
     info = fresh.console("info", "validate:rms_norm").stdout
     assert "up-to-date" in info
+
+
+PARENT_CHECK = """
+import runpy, sys
+namespace = runpy.run_path("dodo.py")
+checked = 0
+for name, creator in namespace.items():
+    if name.startswith("task_"):
+        for task in creator():
+            for check in task.get("uptodate", []):
+                if isinstance(check, tuple):
+                    assert check[0](*check[1]) is True, task["name"]
+                    checked += 1
+heavy = sorted(m for m in sys.modules if m == "torch" or m.startswith(("torch.", "kernels")))
+print(checked, heavy)
+"""
+
+
+def test_doit_parent_never_imports_torch_or_kernels(fresh):
+    proc = subprocess.run([sys.executable, "-c", PARENT_CHECK], cwd=fresh.path, env=fresh.env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    checked, heavy = proc.stdout.split(" ", 1)
+    assert int(checked) >= 7 * 11 and heavy.strip() == "[]"
