@@ -6,8 +6,10 @@ lookups of the stage's current key, so `doit list -s`, `doit info` and
 `doit --reporter=json` report a cache hit as up-to-date. Actions run the stage
 through graph.execute (in doit's worker processes with -n N).
 """
+import argparse
 import json
 import os
+import sys
 import traceback
 from pathlib import Path
 
@@ -106,9 +108,19 @@ def _plan_action(error):
     return TaskFailed(error) if error else True
 
 
+def _doit_workers(argv) -> int:
+    """The -n/--process value of this doit command line (doit does not expose it to dodo files)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-n", "--process", type=int, default=1)
+    known, _ = parser.parse_known_args(argv)
+    return max(1, known.process)
+
+
 def tasks_for(root: Path) -> dict:
     """The `task_*` functions for a dodo.py: `globals().update(tasks_for(root))`."""
     root = Path(root).resolve()
+    # Workers fork after this: tell them how many share the cores.
+    os.environ.setdefault(config.WORKERS_ENV, str(_doit_workers(sys.argv[1:])))
 
     def task_plan():
         """plan each case: import errors and bad specs surface here"""
@@ -147,8 +159,6 @@ class SummaryReporter(ConsoleReporter):
 
     def __init__(self, outstream, options):
         super().__init__(outstream, options)
-        # Workers fork after this: tell them how many share the cores.
-        os.environ.setdefault(config.WORKERS_ENV, str(options.get("num_process") or 1))
         self.states = {}  # case -> {stage: state}
         self.errors = {}  # case -> {stage: message}
 

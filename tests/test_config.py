@@ -1,0 +1,52 @@
+"""Configuration read from the environment and the doit command line; the summary table."""
+import os
+
+import pytest
+
+from golden_tasks import config, report
+from golden_tasks.doit_tasks import _doit_workers
+from golden_tasks.toolchain import toolchain
+
+
+@pytest.mark.parametrize("argv,workers", [
+    (["-n", "2", "verify"], 2), (["-n4"], 4), (["--process=3", "verify"], 3), (["verify"], 1),
+    (["verify:x", "backend=eager"], 1), (["-n", "0", "verify"], 1),
+])
+def test_worker_count_from_the_doit_command_line(argv, workers):
+    assert _doit_workers(argv) == workers
+
+
+def test_threads_share_the_cores(monkeypatch):
+    monkeypatch.delenv(config.THREADS_ENV, raising=False)
+    monkeypatch.setenv(config.WORKERS_ENV, str(os.cpu_count() * 2))
+    assert config.torch_threads() == 1
+    monkeypatch.setenv(config.WORKERS_ENV, "1")
+    assert config.torch_threads() == os.cpu_count()
+    monkeypatch.setenv(config.THREADS_ENV, "3")
+    assert config.torch_threads() == 3
+
+
+def test_locations_follow_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(config.CACHE_ENV, str(tmp_path / "c"))
+    assert config.cache_root() == tmp_path / "c"
+    monkeypatch.delenv(config.CACHE_ENV)
+    assert config.cache_root(tmp_path) == tmp_path / "cache"
+
+
+def test_toolchain_names_every_component():
+    tc = toolchain()
+    assert set(tc) == {"python", "torch", "cxx", "isa"}
+    assert tc["torch"].startswith("2.13.0")
+
+
+def test_summary_table_layout():
+    stages = {"abi": "cached", "compile": "ran", "inputs": "cached", "golden": "cached", "dispatch": "ran",
+              "validate": "FAILED", "bench": "-"}
+    row = {"case": "c", "status": "FAIL", "stages": stages, "max_abs": None, "kernel_us": 10.0,
+           "golden_us": 25.0, "speedup": 2.5}
+    header, rule, line = report.format_table([row]).splitlines()
+    assert header.split() == ["case", "status", "abi", "compile", "inputs", "golden", "dispatch", "validate",
+                              "bench", "max", "err", "kernel", "us", "golden", "us", "speedup"]
+    assert set(rule.replace(" ", "")) == {"-"}
+    assert line.split() == ["c", "FAIL", "cached", "ran", "cached", "cached", "ran", "FAILED", "-", "-",
+                            "10.0", "25.0", "2.50x"]
