@@ -190,3 +190,17 @@ def test_doit_parent_never_imports_torch_or_kernels(fresh):
     assert proc.returncode == 0, proc.stderr
     checked, heavy = proc.stdout.split(" ", 1)
     assert int(checked) >= 7 * 11 and heavy.strip() == "[]"
+
+
+def test_inputs_are_bitwise_identical_in_another_process_and_cache(fresh, tmp_path):
+    other = Project(tmp_path)
+    shutil.copy(ROOT / "dodo.py", tmp_path)
+    shutil.copytree(fresh.path / "kernels", tmp_path / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    code, results, _ = other.doit("inputs:rms_norm_bf16", "inputs:gemm")
+    assert code == 0 and results["inputs:gemm"] == "success"
+
+    def digests(project):
+        entries = (project.path / "cache" / "entries" / "inputs").rglob("*.json")
+        return {(e["case"], e["key"]): e["digest"] for e in map(json.loads, (p.read_text() for p in entries))}
+    mine, theirs = digests(fresh), digests(other)
+    assert len(theirs) == 2 and all(mine[k] == d for k, d in theirs.items())
