@@ -9,7 +9,7 @@ doit parent, which never imports kernel modules.
 import dataclasses
 import importlib
 
-from .fingerprint import Fingerprinter
+from .fingerprint import Fingerprinter, parts
 from .forms import KernelForm
 from .errors import SpecError
 from .specs import signature_of
@@ -85,6 +85,8 @@ def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
         "policy": fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan,
                       "compare": case.compare}),
         "bench": {"warmup": case.warmup, "rounds": case.rounds},
+        # not in any key: lets `golden-tasks explain` name the function or constant that changed
+        "parts": {"kernel": parts(case.kernel), "golden": parts(case.golden) if case.golden is not None else {}},
     }
     return plan, fp.files
 

@@ -1,9 +1,16 @@
 """Where things live, overridable by environment variables."""
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
+
+from .store import Store
 
 CACHE_ENV = "GOLDEN_TASKS_CACHE"
 RUNS_ENV = "GOLDEN_TASKS_RUNS"
+READONLY_ENV = "GOLDEN_TASKS_CACHE_READONLY"
+OVERLAY_ENV = "GOLDEN_TASKS_OVERLAY"
 THREADS_ENV = "GOLDEN_TASKS_THREADS"
 WORKERS_ENV = "GOLDEN_TASKS_WORKERS"
 
@@ -11,6 +18,27 @@ WORKERS_ENV = "GOLDEN_TASKS_WORKERS"
 def cache_root(project: Path = None) -> Path:
     """The content-addressed store: $GOLDEN_TASKS_CACHE, else <project>/cache."""
     return Path(os.environ.get(CACHE_ENV) or (project or Path.cwd()) / "cache").resolve()
+
+
+def readonly() -> bool:
+    return os.environ.get(READONLY_ENV, "").lower() in ("1", "true", "yes")
+
+
+def open_store(project: Path = None, cache_dir=None) -> Store:
+    """The store at `cache_dir` (else cache_root(project)).
+
+    With GOLDEN_TASKS_CACHE_READONLY=1 nothing is written there: results this
+    run computes go to a scratch overlay, shared with forked workers through
+    GOLDEN_TASKS_OVERLAY and removed when the process that made it exits.
+    """
+    root = Path(cache_dir).resolve() if cache_dir else cache_root(project)
+    if not readonly():
+        return Store(root)
+    if not os.environ.get(OVERLAY_ENV):
+        overlay = tempfile.mkdtemp(prefix="golden-tasks-overlay-")
+        os.environ[OVERLAY_ENV] = overlay
+        atexit.register(shutil.rmtree, overlay, True)
+    return Store(root, readonly=True, overlay=os.environ[OVERLAY_ENV])
 
 
 def runs_root(project: Path = None) -> Path:

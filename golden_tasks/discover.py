@@ -1,7 +1,7 @@
 """Planning the kernel library without importing it in the doit parent.
 
-`load_plans` keeps one manifest per kernel module under <cache>/plans: the
-module's case plans and the digest of every project source file the plans
+`load_plans` keeps one manifest per kernel module of each checkout under
+<cache>/plans/<checkout>/: the module's case plans and the digest of every project source file the plans
 depend on. A manifest is reused while those files, the toolchain and the
 pipeline are unchanged; stale modules are planned in one subprocess
 (`python -m golden_tasks.discover`), which imports them.
@@ -14,8 +14,8 @@ import traceback
 from pathlib import Path
 
 from .graph import pipeline_version
-from .hashing import digest_file
-from .store import atomic_write
+from .hashing import digest_bytes, digest_file
+from .store import Store
 from .toolchain import toolchain
 
 
@@ -37,15 +37,13 @@ def _fresh(manifest: dict) -> bool:
         return False
 
 
-def load_plans(root: Path, cache: Path) -> list:
+def load_plans(root: Path, store: Store) -> list:
     """Every case's plan, in module order; a module that fails yields one error plan."""
-    plans_dir = cache / "plans"
+    # Per checkout: two checkouts sharing a cache may hold different sources.
+    plans_dir = f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}"
     manifests, stale = {}, []
     for path in kernel_modules(root):
-        try:
-            manifest = json.loads((plans_dir / f"{path.stem}.json").read_text())
-        except (OSError, ValueError):
-            manifest = None
+        manifest = store.read_json(f"{plans_dir}/{path.stem}.json")
         if manifest and _fresh(manifest):
             manifests[path.stem] = manifest
         else:
@@ -53,8 +51,7 @@ def load_plans(root: Path, cache: Path) -> list:
     if stale:
         for stem, manifest in _plan_in_subprocess(root, stale).items():
             manifest["environment"] = _environment()
-            text = json.dumps(manifest, sort_keys=True, indent=1).encode()
-            atomic_write(plans_dir / f"{stem}.json", lambda f, t=text: f.write(t))
+            store.write_json(f"{plans_dir}/{stem}.json", manifest)
             manifests[stem] = manifest
     return [plan for path in kernel_modules(root) for plan in manifests[path.stem]["cases"]]
 

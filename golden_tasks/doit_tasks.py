@@ -20,7 +20,6 @@ from doit.reporter import ConsoleReporter
 from . import config, graph, report
 from .discover import load_plans
 from .errors import VerificationFailure
-from .store import Store
 
 PLAN = "plan"
 VERIFY = "verify"
@@ -31,22 +30,14 @@ class Library:
 
     def __init__(self, root: Path):
         self.root = root
-        self.store = Store(config.cache_root(root))
-        overrides = command_line_overrides()
-        self.plans = {}
-        for plan in load_plans(root, self.store.root):
-            if plan["case"] in self.plans:
-                plan = {**plan, "error": f"case {plan['case']!r} is defined in both {plan['module']} "
-                                         f"and {self.plans[plan['case']]['module']}"}
-            if not plan.get("error"):
-                plan = {**plan, **{k: v(plan[k]) for k, v in overrides.items()}}
-            self.plans[plan["case"]] = plan
+        self.store = config.open_store(root)
+        self.plans = planned_library(root, self.store, command_line_overrides())
 
     def ok(self):
         return [p for p in self.plans.values() if not p.get("error")]
 
 
-def command_line_overrides() -> dict:
+def command_line_overrides(get_var=get_var) -> dict:
     """Plan fields set by doit variables: backend=NAME, options=JSON (backend options,
     merged over each case's), warmup=N, rounds=N. Each maps old value -> new."""
     overrides = {}
@@ -68,6 +59,19 @@ def command_line_overrides() -> dict:
     if bench:
         overrides["bench"] = lambda old: {**old, **bench}
     return overrides
+
+
+def planned_library(root: Path, store, overrides: dict) -> dict:
+    """case -> plan, with command-line overrides applied and duplicate case names made errors."""
+    plans = {}
+    for plan in load_plans(root, store):
+        if plan["case"] in plans:
+            plan = {**plan, "error": f"case {plan['case']!r} is defined in both {plan['module']} "
+                                     f"and {plans[plan['case']]['module']}"}
+        if not plan.get("error"):
+            plan = {**plan, **{k: v(plan[k]) for k, v in overrides.items()}}
+        plans[plan["case"]] = plan
+    return plans
 
 
 _libraries = {}
@@ -194,6 +198,7 @@ class SummaryReporter(ConsoleReporter):
         self.write("\n" + report.format_table(rows) + "\n")
         path = config.runs_root(lib.root) / "report.json"
         report.write_json(path, rows)
+        lib.store.log_run(report.counts(rows))
         self.write(f"report: {path}\n")
 
 

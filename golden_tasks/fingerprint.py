@@ -159,6 +159,22 @@ class Fingerprinter:
                 list(code.co_freevars), list(code.co_cellvars)]
 
 
+def parts(obj) -> dict:
+    """Named digests of what makes up a function's fingerprint: its body, and each
+    global it reaches (helpers, constants). Lets `explain` name what changed."""
+    fp = Fingerprinter()
+    fn = getattr(obj, "fn", obj)  # a kernel form wraps its function
+    token = fp.token(fn)
+    if not (isinstance(token, list) and token and token[0] == "function"):
+        return {"value": digest_json(token)}
+    _, qualname, code, refs, cells, defaults, kwdefaults = token
+    out = {f"{qualname} (body)": digest_json([code, cells, defaults, kwdefaults])}
+    out.update({name: digest_json(t) for name, t in refs.items()})
+    if fn is not obj:
+        out["kernel settings"] = digest_json(fp.token({k: v for k, v in vars(obj).items() if k != "fn"}))
+    return out
+
+
 def _cell_filled(cell) -> bool:
     try:
         cell.cell_contents

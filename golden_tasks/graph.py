@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from .hashing import digest_file, digest_json
-from .store import Entry, Store
+from .store import CorruptObject, Entry, Store, object_problem
 from .toolchain import toolchain
 
 
@@ -50,11 +50,27 @@ STAGES = (
 BY_NAME = {s.name: s for s in STAGES}
 
 
+# Modules that only present or schedule results; editing them cannot change a stage's output.
+_NOT_IN_VERSION = {"cli.py", "report.py", "doit_tasks.py"}
+
+
 @functools.cache
 def pipeline_version() -> str:
-    """Digest of the package's own source: a change to any stage invalidates its entries."""
+    """Digest of the package's source that shapes outputs: editing it invalidates every entry."""
     root = Path(__file__).parent
-    return digest_json({str(p.relative_to(root)): digest_file(p) for p in sorted(root.rglob("*.py"))})
+    return digest_json({str(p.relative_to(root)): digest_file(p) for p in sorted(root.rglob("*.py"))
+                        if p.name not in _NOT_IN_VERSION})
+
+
+def recipe(stage: Stage, plan: dict, upstream: dict) -> dict:
+    """Everything that enters the stage's key (the key is its digest)."""
+    return {
+        "stage": stage.name,
+        "pipeline": pipeline_version(),
+        "toolchain": toolchain(),
+        "plan": {f: plan[f] for f in stage.plan_fields},
+        "upstream": {n: e.digest for n, e in upstream.items()},
+    }
 
 
 def resolve(stage: Stage, plan: dict, store: Store):
@@ -66,14 +82,7 @@ def resolve(stage: Stage, plan: dict, store: Store):
         if entry is None:
             return None, {}
         upstream[name] = entry
-    key = digest_json({
-        "stage": stage.name,
-        "pipeline": pipeline_version(),
-        "toolchain": toolchain(),
-        "plan": {f: plan[f] for f in stage.plan_fields},
-        "upstream": {n: e.digest for n, e in upstream.items()},
-    })
-    return key, upstream
+    return digest_json(recipe(stage, plan, upstream)), upstream
 
 
 def cached(stage: Stage, plan: dict, store: Store):
@@ -88,23 +97,37 @@ def _tensors():
 
 
 def load_outputs(store: Store, entry: Entry):
+    """The entry's outputs, every object re-hashed; raises CorruptObject naming the entry."""
     from .stages import Outputs  # noqa: PLC0415
 
-    tensors = {n: _tensors().load_tensor(store, r) for n, r in entry.objects.items() if r["kind"] == "tensor"}
-    files = {n: store.object_path(r["digest"]) for n, r in entry.objects.items() if r["kind"] == "file"}
-    return Outputs(tensors=tensors, files=files, meta=entry.meta, stats=entry.stats)
+    out = Outputs(meta=entry.meta, stats=entry.stats)
+    for name, record in entry.objects.items():
+        if record["kind"] == "tensor":
+            try:
+                out.tensors[name] = _tensors().load_tensor(store, record)
+            except ValueError as exc:
+                raise CorruptObject(entry, name, str(exc)) from None
+        else:
+            path = store.object_path(record["digest"])
+            problem = object_problem(path, record)
+            if problem:
+                raise CorruptObject(entry, name, problem)
+            out.files[name] = path
+    return out
 
 
-def execute(stage: Stage, plan: dict, store: Store, case=None) -> tuple[Entry, bool]:
+def execute(stage: Stage, plan: dict, store: Store, case=None, retried=False) -> tuple[Entry, bool]:
     """Run the stage unless its key is cached; return (entry, ran).
 
-    `case` is the live case when the caller has it; otherwise it is imported
-    (and checked against the plan) only for stages that need it.
+    Upstream stages that are not cached (never run, or dropped as corrupt) are
+    run first. `case` is the live case when the caller has it; otherwise it is
+    imported (and checked against the plan) only for stages that need it.
     """
     key, upstream = resolve(stage, plan, store)
     if key is None:
-        missing = [n for n in stage.reads if cached(BY_NAME[n], plan, store) is None]
-        raise RuntimeError(f"{stage.name}:{plan['case']} needs {', '.join(missing)} first")
+        for name in stage.reads:
+            execute(BY_NAME[name], plan, store, case)
+        key, upstream = resolve(stage, plan, store)
     hit = store.get(stage.name, key)
     if hit is not None:
         return hit, False
@@ -113,12 +136,20 @@ def execute(stage: Stage, plan: dict, store: Store, case=None) -> tuple[Entry, b
 
         case = live_case(plan)
     module = importlib.import_module(f"golden_tasks.stages.{stage.name}")
-    inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
+    try:
+        inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
+    except CorruptObject as corruption:  # recompute what went bad, then read it again
+        if retried:
+            raise
+        store.drop(corruption)
+        return execute(stage, plan, store, case, retried=True)
     with tempfile.TemporaryDirectory(prefix=f"golden-{stage.name}-") as work:
         start = time.perf_counter()
         out = module.run(case, plan, Path(work), **inputs)
         elapsed = time.perf_counter() - start
         objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
         objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
-    entry = store.commit(stage.name, key, plan["case"], objects, out.meta, {**out.stats, "seconds": elapsed})
+    detail = {f: plan["parts"][f] for f in stage.plan_fields if f in plan.get("parts", {})}
+    entry = store.commit(stage.name, key, plan["case"], objects, out.meta, {**out.stats, "seconds": elapsed},
+                         {**recipe(stage, plan, upstream), "parts": detail})
     return entry, True

@@ -37,6 +37,18 @@ def case_row(plan: dict, states: dict, errors: dict, store) -> dict:
     return row
 
 
+def counts(rows: list) -> dict:
+    """Per stage: cache hits, misses (stage ran) and failures, over the rows of one run."""
+    tally = {state: {} for state in ("hits", "misses", "failures")}
+    names = {CACHED: "hits", RAN: "misses", FAILED: "failures"}
+    for row in rows:
+        for stage, state in row["stages"].items():
+            if state in names:
+                bucket = tally[names[state]]
+                bucket[stage] = bucket.get(stage, 0) + 1
+    return {**tally, "cases": len(rows), "passed": sum(r["status"] == "PASS" for r in rows)}
+
+
 def _num(value, fmt):
     return "-" if value is None else format(value, fmt)
 

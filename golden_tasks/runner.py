@@ -7,7 +7,6 @@ from . import config, graph, report
 from .case import Case, plan_of
 from .errors import VerificationFailure
 from .forms import KernelForm
-from .store import Store
 
 
 @dataclasses.dataclass
@@ -39,7 +38,7 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
     if not isinstance(fn, KernelForm):
         raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, got {fn!r}")
     case_name = name or fn.name
-    store = Store(Path(cache_dir).resolve() if cache_dir else config.cache_root())
+    store = config.open_store(cache_dir=cache_dir)
     work_dir = (Path(runs_dir).resolve() if runs_dir else config.runs_root()) / case_name
     states, errors, timings = {}, {}, {}
     plan = {"case": case_name}
@@ -63,6 +62,7 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
             timings[stage.name] = entry.stats["seconds"]
     row = report.case_row(plan, states, errors, store)
     report.write_json(work_dir / "report.json", [row])
+    store.log_run(report.counts([row]))
     bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.get("error") else None
                            for s in ("bench", "golden"))
     return RunResult(

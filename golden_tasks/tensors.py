@@ -1,24 +1,36 @@
 """Tensors in the store: raw little-endian bytes, with dtype and shape in the entry.
 
 Stored without an intermediate copy (a contiguous tensor's memory is hashed
-and written directly) and loaded by memory mapping.
+and written directly) and loaded by memory mapping (copy-on-write, so a stage
+may write to what it loaded without touching the store).
 """
 import torch
 
+from .hashing import digest_bytes
 from .specs import dtype_name, dtype_of
 from .store import Store
 
 
+def _bytes(tensor: torch.Tensor):
+    """The tensor's memory as a flat uint8 array, without copying a contiguous tensor."""
+    return tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b""
+
+
 def put_tensor(store: Store, tensor: torch.Tensor) -> dict:
     data = tensor.detach().cpu().contiguous()
-    raw = data.reshape(-1).view(torch.uint8).numpy() if data.numel() else b""
-    return {**store.put_buffer(raw), "dtype": dtype_name(data.dtype), "shape": list(data.shape)}
+    return {**store.put_buffer(_bytes(data)), "dtype": dtype_name(data.dtype), "shape": list(data.shape)}
 
 
 def load_tensor(store: Store, record: dict) -> torch.Tensor:
+    """The stored tensor, memory-mapped; raises ValueError when its bytes no longer match the digest."""
     dtype, shape = dtype_of(record["dtype"]), tuple(record["shape"])
     if record["nbytes"] == 0:
         return torch.empty(shape, dtype=dtype)
-    flat = torch.from_file(str(store.object_path(record["digest"])), shared=False,
-                           size=record["nbytes"], dtype=torch.uint8)
+    path = store.object_path(record["digest"])
+    try:
+        flat = torch.from_file(str(path), shared=False, size=record["nbytes"], dtype=torch.uint8)
+    except RuntimeError as exc:  # missing or shorter than recorded
+        raise ValueError(f"cannot be mapped ({exc})") from exc
+    if digest_bytes(flat.numpy()) != record["digest"]:
+        raise ValueError("content does not match its digest (corrupted)")
     return flat.view(dtype).reshape(shape)

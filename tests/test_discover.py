@@ -4,6 +4,7 @@ import textwrap
 import pytest
 
 from golden_tasks import discover
+from golden_tasks.store import Store
 
 HELPERS = "FACTOR = 2.0\n\ndef scale(x):\n    return x * FACTOR\n"
 MODULE = '''
@@ -33,7 +34,7 @@ def root(tmp_path):
 
 
 def plans(root):
-    return {p["case"]: p for p in discover.load_plans(root, root / "cache")}
+    return {p["case"]: p for p in discover.load_plans(root, Store(root / "cache"))}
 
 
 def forbid_subprocess(monkeypatch):

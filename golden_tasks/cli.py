@@ -1,0 +1,250 @@
+"""`golden-tasks`: inspect and manage the cache.
+
+    golden-tasks stats                  entries and bytes per stage; hit/miss counts of the last runs
+    golden-tasks verify [--drop]        re-hash every object; report (and drop) bad ones
+    golden-tasks gc [--unused] [--older-than DAYS] [--max-size SIZE]
+    golden-tasks explain STAGE:CASE     why a stage is (not) up to date
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import config, graph
+from .hashing import digest_file
+from .store import CorruptObject, Entry, Store, object_problem
+
+UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def entries(store: Store):
+    """(path, Entry) for every readable entry manifest."""
+    for path in sorted((store.root / "entries").glob("*/*/*.json")):
+        try:
+            yield path, Entry(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue
+
+
+def _variable(text: str) -> str:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return text
+
+
+def _size(text: str) -> int:
+    number, unit = text.lower().rstrip("ib"), ""
+    if number and number[-1] in UNITS:
+        number, unit = number[:-1], number[-1]
+    try:
+        return int(float(number) * UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 500M or 2G") from None
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def cmd_stats(store: Store, args) -> int:
+    per_stage = {}
+    for _, entry in entries(store):
+        count, objects = per_stage.setdefault(entry.stage, [0, {}])
+        per_stage[entry.stage][0] = count + 1
+        objects.update({r["digest"]: r["nbytes"] for r in entry.objects.values()})
+    print(f"cache: {store.root}")
+    print(f"{'stage':10} {'entries':>8} {'bytes':>12}")
+    for stage in [s.name for s in graph.STAGES] + sorted(set(per_stage) - set(graph.BY_NAME)):
+        count, objects = per_stage.get(stage, (0, {}))
+        print(f"{stage:10} {count:8d} {_human(sum(objects.values())):>12}")
+    on_disk = sum(p.stat().st_size for p in (store.root / "objects").glob("*/*") if p.is_file())
+    print(f"objects on disk: {_human(on_disk)}")
+    try:
+        runs = (store.root / "log" / "runs.jsonl").read_text().splitlines()[-args.runs:]
+    except OSError:
+        runs = []
+    if runs:
+        print(f"\nlast {len(runs)} runs:")
+        for line in runs:
+            run = json.loads(line)
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["time"]))
+            hits, misses = sum(run["hits"].values()), sum(run["misses"].values())
+            print(f"  {when}  {run['cases']} cases, {run['passed']} passed, {hits} hits, {misses} misses, "
+                  f"{sum(run['failures'].values())} failures")
+    return 0
+
+
+def cmd_verify(store: Store, args) -> int:
+    bad = 0
+    for path in sorted((store.root / "objects").glob("*/*")):
+        if path.is_file() and not path.name.startswith(".") and digest_file(path) != path.name:
+            bad += 1
+            print(f"corrupt object {path}")
+            if args.drop:
+                path.unlink()
+    for path, entry in entries(store):
+        for name, record in entry.objects.items():
+            problem = object_problem(store.object_path(record["digest"]), record)
+            if problem:
+                bad += 1
+                print(f"bad entry {entry.stage}:{entry.case} ({path.name}): object {name!r} {problem}")
+                if args.drop:
+                    store.drop(CorruptObject(entry, name, problem))
+                break
+    print(f"{bad} problem(s) found" + (", dropped" if args.drop and bad else ""))
+    return 1 if bad and not args.drop else 0
+
+
+def _plans(project: Path, store: Store, variables=()) -> dict:
+    """The library's plans, with doit-style NAME=VALUE variables applied."""
+    from .doit_tasks import command_line_overrides, planned_library  # noqa: PLC0415
+
+    pairs = dict(v.split("=", 1) for v in variables)
+    return planned_library(project, store, command_line_overrides(lambda name, default: pairs.get(name, default)))
+
+
+def _current_keys(project: Path, store: Store, variables) -> set:
+    keep = set()
+    for plan in _plans(project, store, variables).values():
+        if plan.get("error"):
+            continue
+        for stage in graph.STAGES:
+            key, _ = graph.resolve(stage, plan, store)
+            if key:
+                keep.add((stage.name, key))
+    return keep
+
+
+def cmd_gc(store: Store, args) -> int:
+    if store.readonly:
+        print("the cache is read-only (GOLDEN_TASKS_CACHE_READONLY): nothing collected", file=sys.stderr)
+        return 2
+    live = sorted(entries(store), key=lambda pe: pe[0].stat().st_mtime)  # least recently used first
+    drop = set()
+    if args.unused:
+        keep = _current_keys(args.project, store, args.variables)
+        drop |= {p for p, e in live if (e.stage, e.key) not in keep}
+    if args.older_than is not None:
+        cutoff = time.time() - args.older_than * 86400
+        drop |= {p for p, _ in live if p.stat().st_mtime < cutoff}
+    if args.max_size is not None:
+        sizes = {}
+        for _, e in live:
+            sizes.update({r["digest"]: r["nbytes"] for r in e.objects.values()})
+        for path, entry in live:  # LRU: drop the oldest until what remains fits
+            kept = {r["digest"] for p, e in live if p not in drop for r in e.objects.values()}
+            if sum(sizes[d] for d in kept) <= args.max_size:
+                break
+            drop.add(path)
+    for path in drop:
+        path.unlink(missing_ok=True)
+    referenced = {r["digest"] for _, e in entries(store) for r in e.objects.values()}
+    freed, removed = 0, 0
+    for path in (store.root / "objects").glob("*/*"):
+        stale_tmp = path.name.endswith(".tmp") and time.time() - path.stat().st_mtime > 3600
+        if path.is_file() and (stale_tmp or (not path.name.startswith(".") and path.name not in referenced)):
+            freed += path.stat().st_size
+            path.unlink(missing_ok=True)
+            removed += 1
+    print(f"dropped {len(drop)} entries and {removed} objects, freed {_human(freed)}")
+    return 0
+
+
+def _diff(old, new, path="") -> list:
+    """Human-readable differences between two recipes."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += _diff(old.get(k), new.get(k), f"{path}.{k}" if path else str(k))
+        return out
+    if old != new:
+        return [f"{path}: {json.dumps(old)[:80]} -> {json.dumps(new)[:80]}"]
+    return []
+
+
+def _specs_by_name(recipe: dict) -> dict:
+    specs = recipe.get("plan", {}).get("specs")
+    return {s["name"]: s for s in specs} if specs else None
+
+
+def explain(project: Path, store: Store, target: str, variables=()) -> str:
+    stage_name, _, case = target.partition(":")
+    if stage_name not in graph.BY_NAME or not case:
+        raise SystemExit(f"expected STAGE:CASE with STAGE one of {', '.join(graph.BY_NAME)}, got {target!r}")
+    plans = _plans(project, store, variables)
+    if case not in plans:
+        raise SystemExit(f"no case {case!r} in {project / 'kernels'}")
+    plan, stage = plans[case], graph.BY_NAME[stage_name]
+    if plan.get("error"):
+        return f"{target}: the case cannot be planned: {plan['error']}"
+    key, upstream = graph.resolve(stage, plan, store)
+    if key is None:
+        missing = [n for n in stage.reads if graph.cached(graph.BY_NAME[n], plan, store) is None]
+        return f"{target} is not up to date: its upstream {', '.join(missing)} is not cached, so it runs after them"
+    if store.get(stage_name, key):
+        return f"{target} is up to date (key {key[:16]})"
+    current = graph.recipe(stage, plan, upstream)
+    current["parts"] = {f: plan["parts"][f] for f in stage.plan_fields if f in plan.get("parts", {})}
+    previous = [e for _, e in sorted(entries(store), key=lambda pe: pe[0].stat().st_mtime)
+                if e.stage == stage_name and e.case == case and e.recipe]
+    if not previous:
+        return f"{target} is not up to date: it has never run with this cache"
+    last = previous[-1].recipe
+    lines = [f"{target} is not up to date: its key changed since the last run (key {previous[-1].key[:16]}):"]
+    for field in ("pipeline", "toolchain", "upstream"):
+        for d in _diff(last.get(field), current[field], field):
+            lines.append("  " + {"pipeline": "golden_tasks code changed: ", "toolchain": "toolchain changed: ",
+                                 "upstream": "upstream output changed: "}[field] + d)
+    for field in stage.plan_fields:
+        if last["plan"].get(field) == current["plan"][field]:
+            continue
+        if field in current["parts"]:
+            changed = sorted(k for k in set(current["parts"][field]) | set(last["parts"].get(field, {}))
+                             if current["parts"][field].get(k) != last["parts"].get(field, {}).get(k))
+            lines.append(f"  {field} changed: {', '.join(changed) or 'its fingerprint'}")
+        elif field == "specs":
+            old, new = _specs_by_name(last), _specs_by_name(current)
+            changed = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+            lines.append(f"  specs changed: {', '.join(changed)}")
+        else:
+            lines += ["  " + d for d in _diff(last["plan"].get(field), current["plan"][field], field)]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="golden-tasks", description="Inspect and manage the golden-tasks cache.")
+    parser.add_argument("--project", type=Path, default=Path.cwd(), help="project root (default: .)")
+    parser.add_argument("--cache", type=Path, help="cache directory (default: $GOLDEN_TASKS_CACHE or PROJECT/cache)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    stats = sub.add_parser("stats", help="entries and bytes per stage; hit/miss counts of the last runs")
+    stats.add_argument("--runs", type=int, default=5, help="how many recent runs to show")
+    verify = sub.add_parser("verify", help="re-hash every object; report bad ones")
+    verify.add_argument("--drop", action="store_true", help="drop bad objects and the entries using them")
+    gc = sub.add_parser("gc", help="drop entries, then the objects no entry uses")
+    gc.add_argument("--unused", action="store_true", help="entries the current library does not use")
+    gc.add_argument("--older-than", type=float, metavar="DAYS", help="entries not used for DAYS days")
+    gc.add_argument("--max-size", type=_size, metavar="SIZE", help="least recently used first, to fit SIZE")
+    explain_p = sub.add_parser("explain", help="why STAGE:CASE is (not) up to date")
+    explain_p.add_argument("target", metavar="STAGE:CASE")
+    for p in (gc, explain_p):
+        p.add_argument("variables", nargs="*", metavar="NAME=VALUE", type=_variable,
+                       help="doit variables of the runs to compare with (backend=eager, rounds=10, ...)")
+    args = parser.parse_args(argv)
+    args.project = args.project.resolve()
+    store = config.open_store(args.project, args.cache)
+    if not store.root.is_dir():
+        print(f"no cache at {store.root}", file=sys.stderr)
+        return 2
+    if args.command == "explain":
+        print(explain(args.project, store, args.target, args.variables))
+        return 0
+    return {"stats": cmd_stats, "verify": cmd_verify, "gc": cmd_gc}[args.command](store, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
