@@ -36,7 +36,7 @@ DOIT_VARS = ("backend=eager",)
 COPIES = 10
 RUNS = 5
 REPEATS = 3
-GIB = 1 << 30
+SHAPE = (256, 1024, 1024)  # float32: exactly 1 GiB
 
 
 def run(cmd: list, cwd: Path, env: dict = None) -> tuple[float, str]:
@@ -129,7 +129,7 @@ def full_read(x: torch.Tensor) -> float:
 
 def tensor_rows(tmp: Path) -> list:
     """(measurement, seconds) for storing and loading one 1 GiB float32 tensor."""
-    t = torch.randn(256, 1024, 1024)
+    t = torch.randn(SHAPE)
     counter = itertools.count()
 
     def fresh(name):

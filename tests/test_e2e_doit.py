@@ -5,15 +5,11 @@ kernels/rms_norm.py, asserting from `doit --reporter=json` exactly which
 stages ran and which were reused ("up-to-date").
 """
 import json
-import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from project import Project, ran, stage_results
 HEAVY = {"compile", "inputs", "golden", "dispatch", "validate", "bench"}
 
 KERNEL_LINE = 'out.copy_((x.float() * inv_rms * weight.float()).to(out.dtype))'
@@ -22,63 +18,28 @@ GOLDEN_LINE = 't["out"].copy_(x / rms * t["weight"].double())'
 NUDGE = " * (1 + 2**-20)"
 
 
-class Project:
-    def __init__(self, path: Path):
-        self.path = path
-        self.env = {**os.environ, "GOLDEN_TASKS_CACHE": str(path / "cache"),
-                    "GOLDEN_TASKS_RUNS": str(path / "runs"), "PYTHONWARNINGS": "ignore"}
-
-    def doit(self, *args):
-        """Run doit with the JSON reporter; return (exit code, {task: result}, raw report)."""
-        proc = subprocess.run([sys.executable, "-m", "doit", "--reporter=json", *args], cwd=self.path,
-                              env=self.env, capture_output=True, text=True, timeout=1200)
-        try:
-            report = json.loads(proc.stdout)
-        except ValueError:
-            pytest.fail(f"doit printed no JSON report:\n{proc.stdout}\n{proc.stderr}")
-        return proc.returncode, {t["name"]: t["result"] for t in report["tasks"]}, report
-
-    def console(self, *args):
-        return subprocess.run([sys.executable, "-m", "doit", *args], cwd=self.path, env=self.env,
-                              capture_output=True, text=True, timeout=1200)
-
-    def edit(self, module, old, new):
-        path = self.path / "kernels" / f"{module}.py"
-        text = path.read_text()
-        assert text.count(old) == 1, f"{old!r} not found once in {path}"
-        path.write_text(text.replace(old, new))
-
-
-def ran(results):
-    return {name for name, r in results.items() if r in ("success", "fail")}
-
-
 def heavy_ran(results):
     return {n for n in ran(results) if n.split(":")[0] in HEAVY}
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    path = tmp_path_factory.mktemp("project")
-    shutil.copy(ROOT / "dodo.py", path)
-    shutil.copytree(ROOT / "kernels", path / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
-    proj = Project(path)
-    proj.original = (path / "kernels" / "rms_norm.py").read_text()
+    proj = Project(tmp_path_factory.mktemp("project"))
     proj.cold = proj.doit("-n", "2", "verify")
     return proj
 
 
 @pytest.fixture
 def fresh(project):
-    """Restore the kernel module after each test and bring the cache back up to date."""
+    """Restore the kernel module after each test."""
     yield project
-    (project.path / "kernels" / "rms_norm.py").write_text(project.original)
+    project.restore("rms_norm")
     for leftover in (project.path / "kernels").glob("broken_*.py"):
         leftover.unlink()
 
 
 def test_cold_run_passes_every_case(project):
-    code, results, _ = project.cold
+    code, results, _, _ = project.cold
     assert code == 0, results
     assert results and set(results.values()) <= {"success", "up-to-date"}
     cases = {n.split(":", 1)[1] for n in results if n.startswith("verify:")}
@@ -88,9 +49,9 @@ def test_cold_run_passes_every_case(project):
 
 
 def test_second_run_is_all_up_to_date(fresh):
-    code, results, _ = fresh.doit("verify")
+    code, results, _, _ = fresh.doit("verify")
     assert code == 0
-    stages = {n: r for n, r in results.items() if not n.startswith("verify")}
+    stages = stage_results(results)
     assert stages and set(stages.values()) == {"up-to-date"}
 
 
@@ -106,7 +67,7 @@ def test_summary_table_and_json_report(fresh):
 
 def test_golden_only_edit_reruns_golden_and_validate(fresh):
     fresh.edit("rms_norm", GOLDEN_LINE, GOLDEN_LINE[:-1] + NUDGE + ")")
-    code, results, _ = fresh.doit("verify:rms_norm")
+    code, results, _, _ = fresh.doit("verify:rms_norm")
     assert code == 0
     assert heavy_ran(results) == {"golden:rms_norm", "validate:rms_norm"}
 
@@ -114,26 +75,26 @@ def test_golden_only_edit_reruns_golden_and_validate(fresh):
 def test_kernel_only_edit_reruns_compile_dispatch_validate_bench(fresh):
     fresh.edit("rms_norm", KERNEL_LINE, KERNEL_LINE.replace(".to(", NUDGE + ").to(", 1).replace(
         "(x.float()", "((x.float()", 1))
-    code, results, _ = fresh.doit("verify:rms_norm")
+    code, results, _, _ = fresh.doit("verify:rms_norm")
     assert code == 0, results
     assert heavy_ran(results) == {"compile:rms_norm", "dispatch:rms_norm", "validate:rms_norm", "bench:rms_norm"}
     # reverting the edit finds the earlier entries again
-    (fresh.path / "kernels" / "rms_norm.py").write_text(fresh.original)
-    code, results, _ = fresh.doit("verify:rms_norm")
+    fresh.restore("rms_norm")
+    code, results, _, _ = fresh.doit("verify:rms_norm")
     assert code == 0 and heavy_ran(results) == set()
 
 
 def test_comment_docstring_and_blank_line_edit_reruns_nothing_heavy(fresh):
     fresh.edit("rms_norm", "    inv_rms = torch.rsqrt", "    # a new comment\n\n    inv_rms = torch.rsqrt")
     fresh.edit("rms_norm", '"""Row RMS norm;', '"""Row-wise RMS norm;')
-    code, results, _ = fresh.doit("verify:rms_norm", "verify:rms_norm_bf16")
+    code, results, _, _ = fresh.doit("verify:rms_norm", "verify:rms_norm_bf16")
     assert code == 0 and heavy_ran(results) == set()
     assert results["validate:rms_norm"] == "up-to-date"
 
 
 def test_broken_kernel_fails_although_a_correct_one_is_cached(fresh):
     fresh.edit("rms_norm", "sum_sq / cols + eps)", "sum_sq / cols + eps * 1e6)")
-    code, results, report = fresh.doit("--continue", "verify:rms_norm", "verify:softmax")
+    code, results, report, _ = fresh.doit("--continue", "verify:rms_norm", "verify:softmax")
     assert code != 0
     assert results["validate:rms_norm"] == "fail" and results["compile:rms_norm"] == "success"
     (failure,) = [t for t in report["tasks"] if t["name"] == "validate:rms_norm"]
@@ -143,7 +104,7 @@ def test_broken_kernel_fails_although_a_correct_one_is_cached(fresh):
 
 def test_a_module_that_fails_to_import_fails_only_its_case(fresh):
     (fresh.path / "kernels" / "broken_import.py").write_text("import torch\nraise RuntimeError('no luck')\n")
-    code, results, report = fresh.doit("--continue", "verify")
+    code, results, report, _ = fresh.doit("--continue", "verify")
     assert code != 0
     assert results["plan:broken_import"] == "fail"
     (failure,) = [t for t in report["tasks"] if t["name"] == "plan:broken_import"]
@@ -154,7 +115,7 @@ def test_a_module_that_fails_to_import_fails_only_its_case(fresh):
 
 def test_abi_mismatch_fails_before_compile(fresh):
     fresh.edit("rms_norm", '        ScalarSpec("eps", torch.float32, 1e-6),\n', "")
-    code, results, report = fresh.doit("verify:rms_norm")
+    code, results, report, _ = fresh.doit("verify:rms_norm")
     assert code != 0 and results["abi:rms_norm"] == "fail"
     assert "compile:rms_norm" not in ran(results)
     (failure,) = [t for t in report["tasks"] if t["name"] == "abi:rms_norm"]
@@ -194,9 +155,7 @@ def test_doit_parent_never_imports_torch_or_kernels(fresh):
 
 def test_inputs_are_bitwise_identical_in_another_process_and_cache(fresh, tmp_path):
     other = Project(tmp_path)
-    shutil.copy(ROOT / "dodo.py", tmp_path)
-    shutil.copytree(fresh.path / "kernels", tmp_path / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
-    code, results, _ = other.doit("inputs:rms_norm_bf16", "inputs:gemm")
+    code, results, _, _ = other.doit("inputs:rms_norm_bf16", "inputs:gemm")
     assert code == 0 and results["inputs:gemm"] == "success"
 
     def digests(project):

@@ -1,0 +1,70 @@
+"""A temporary copy of the project (dodo.py and some kernels) with its own cache, driven by real doit."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Project:
+    def __init__(self, path: Path, modules=None, cache: Path = None):
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "dodo.py", path)
+        (path / "kernels").mkdir(exist_ok=True)
+        for source in sorted((ROOT / "kernels").glob("*.py")):
+            if modules is None or source.stem in modules or source.stem.startswith("_"):
+                shutil.copy(source, path / "kernels" / source.name)
+        self.cache = cache or path / "cache"
+        self.env = {**os.environ, "GOLDEN_TASKS_CACHE": str(self.cache), "GOLDEN_TASKS_RUNS": str(path / "runs"),
+                    "PYTHONWARNINGS": "ignore"}
+        self.env.pop("GOLDEN_TASKS_CACHE_READONLY", None)
+
+    def command(self, *args):
+        return [sys.executable, "-m", "doit", *args]
+
+    def doit(self, *args, env=None):
+        """Run doit with the JSON reporter; return (exit code, {task: result}, report, stderr)."""
+        proc = subprocess.run(self.command("--reporter=json", *args), cwd=self.path, env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=1200)
+        try:
+            report = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError(f"doit printed no JSON report:\n{proc.stdout}\n{proc.stderr}") from None
+        # the JSON reporter captures what the parent and each task write to stderr
+        err = proc.stderr + report.get("err", "") + "".join(t.get("err") or "" for t in report["tasks"])
+        return proc.returncode, {t["name"]: t["result"] for t in report["tasks"]}, report, err
+
+    def console(self, *args, env=None):
+        return subprocess.run(self.command(*args), cwd=self.path, env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=1200)
+
+    def cli(self, *args):
+        return subprocess.run([sys.executable, "-m", "golden_tasks.cli", *args], cwd=self.path, env=self.env,
+                              capture_output=True, text=True, timeout=600)
+
+    def edit(self, module, old, new):
+        path = self.path / "kernels" / f"{module}.py"
+        text = path.read_text()
+        assert text.count(old) == 1, f"{old!r} not found once in {path}"
+        path.write_text(text.replace(old, new))
+
+    def restore(self, module):
+        shutil.copy(ROOT / "kernels" / f"{module}.py", self.path / "kernels" / f"{module}.py")
+
+    def entries(self, stage=None):
+        """Entry manifests in the cache, as dicts."""
+        pattern = f"entries/{stage or '*'}/*/*.json"
+        return [json.loads(p.read_text()) for p in sorted(self.cache.glob(pattern))]
+
+
+def ran(results):
+    return {name for name, r in results.items() if r in ("success", "fail")}
+
+
+def stage_results(results):
+    """Results of the stage and plan tasks (not the verify groups)."""
+    return {n: r for n, r in results.items() if not n.startswith("verify")}
