@@ -8,6 +8,7 @@
 import argparse
 import json
 import sys
+from collections import Counter
 import time
 from pathlib import Path
 
@@ -74,8 +75,7 @@ def cmd_stats(store: Store, args) -> int:
             run = json.loads(line)
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["time"]))
             hits, misses = sum(run["hits"].values()), sum(run["misses"].values())
-            print(f"  {when}  {run['cases']} cases, {run['passed']} passed, {hits} hits, {misses} misses, "
-                  f"{sum(run['failures'].values())} failures")
+            print(f"  {when}  {run['cases']} cases, {hits} hits, {misses} misses")
     return 0
 
 
@@ -132,15 +132,20 @@ def cmd_gc(store: Store, args) -> int:
     if args.older_than is not None:
         cutoff = time.time() - args.older_than * 86400
         drop |= {p for p, _ in live if p.stat().st_mtime < cutoff}
-    if args.max_size is not None:
-        sizes = {}
-        for _, e in live:
-            sizes.update({r["digest"]: r["nbytes"] for r in e.objects.values()})
-        for path, entry in live:  # LRU: drop the oldest until what remains fits
-            kept = {r["digest"] for p, e in live if p not in drop for r in e.objects.values()}
-            if sum(sizes[d] for d in kept) <= args.max_size:
+    if args.max_size is not None:  # least recently used first, until manifests and objects fit
+        kept = [(p, e) for p, e in live if p not in drop]
+        sizes = {r["digest"]: r["nbytes"] for _, e in kept for r in e.objects.values()}
+        refs = Counter(r["digest"] for _, e in kept for r in e.objects.values())
+        total = sum(sizes.values()) + sum(p.stat().st_size for p, _ in kept)
+        for path, entry in kept:
+            if total <= args.max_size:
                 break
             drop.add(path)
+            total -= path.stat().st_size
+            for record in entry.objects.values():
+                refs[record["digest"]] -= 1
+                if refs[record["digest"]] == 0:
+                    total -= sizes[record["digest"]]
     for path in drop:
         path.unlink(missing_ok=True)
     referenced = {r["digest"] for _, e in entries(store) for r in e.objects.values()}

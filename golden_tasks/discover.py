@@ -28,23 +28,30 @@ def _environment() -> dict:
     return {"pipeline": pipeline_version(), "toolchain": toolchain()}
 
 
-def _fresh(manifest: dict) -> bool:
+def _fresh(manifest: dict, digests: dict) -> bool:
+    """Whether the manifest's sources are unchanged; `digests` memoizes file digests
+    across the modules of one load (they share most of their dependencies)."""
     if manifest.get("environment") != _environment() or manifest.get("failed"):
         return False
-    try:
-        return all(digest_file(Path(f)) == d for f, d in manifest["files"].items())
-    except OSError:
-        return False
+    for f, d in manifest["files"].items():
+        if f not in digests:
+            try:
+                digests[f] = digest_file(Path(f))
+            except OSError:
+                digests[f] = None
+        if digests[f] != d:
+            return False
+    return True
 
 
 def load_plans(root: Path, store: Store) -> list:
     """Every case's plan, in module order; a module that fails yields one error plan."""
     # Per checkout: two checkouts sharing a cache may hold different sources.
     plans_dir = f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}"
-    manifests, stale = {}, []
+    manifests, stale, digests = {}, [], {}
     for path in kernel_modules(root):
         manifest = store.read_json(f"{plans_dir}/{path.stem}.json")
-        if manifest and _fresh(manifest):
+        if manifest and _fresh(manifest, digests):
             manifests[path.stem] = manifest
         else:
             stale.append(path.stem)

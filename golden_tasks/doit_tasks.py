@@ -7,6 +7,7 @@ lookups of the stage's current key, so `doit list -s`, `doit info` and
 through graph.execute (in doit's worker processes with -n N).
 """
 import argparse
+import atexit
 import json
 import os
 import sys
@@ -84,9 +85,19 @@ def library(root: Path) -> Library:
     return _libraries[root]
 
 
+_tally = report.Tally()  # status checks of this doit process, logged when it exits
+
+
 def _is_cached(root, stage, case):
     lib = library(root)
-    return graph.cached(graph.BY_NAME[stage], lib.plans[case], lib.store) is not None
+    hit = graph.cached(graph.BY_NAME[stage], lib.plans[case], lib.store) is not None
+    _tally.add(stage, case, hit)
+    return hit
+
+
+def _log_tally(store, pid):
+    if os.getpid() == pid and _tally.cases:  # the doit parent only, and only if it checked anything
+        store.log_run(_tally.to_json())
 
 
 def _threads_configured():
@@ -120,11 +131,23 @@ def _doit_workers(argv) -> int:
     return max(1, known.process)
 
 
+def _doit_command(argv) -> str:
+    """doit's command on this command line: "run" unless a non-running command is named first."""
+    first = next((a for a in argv if not a.startswith("-")), "run")
+    return first if first in _NON_RUNNING else "run"
+
+
+_NON_RUNNING = {"list", "info", "help", "forget", "ignore", "clean", "dumpdb", "strace", "tabcompletion",
+                "resetdep", "auto"}
+
+
 def tasks_for(root: Path) -> dict:
     """The `task_*` functions for a dodo.py: `globals().update(tasks_for(root))`."""
     root = Path(root).resolve()
     # Workers fork after this: tell them how many share the cores.
     os.environ.setdefault(config.WORKERS_ENV, str(_doit_workers(sys.argv[1:])))
+    if _doit_command(sys.argv[1:]) == "run":
+        atexit.register(lambda: _log_tally(library(root).store, os.getpid()) if _libraries else None)
 
     def task_plan():
         """plan each case: import errors and bad specs surface here"""
@@ -198,7 +221,6 @@ class SummaryReporter(ConsoleReporter):
         self.write("\n" + report.format_table(rows) + "\n")
         path = config.runs_root(lib.root) / "report.json"
         report.write_json(path, rows)
-        lib.store.log_run(report.counts(rows))
         self.write(f"report: {path}\n")
 
 

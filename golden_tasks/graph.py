@@ -74,7 +74,15 @@ def recipe(stage: Stage, plan: dict, upstream: dict) -> dict:
 
 
 def resolve(stage: Stage, plan: dict, store: Store):
-    """(key, upstream entries) for a stage, or (None, {}) while an upstream is not cached."""
+    """(key, upstream entries) for a stage, or (None, {}) while an upstream is not cached.
+
+    A resolved key is memoized on the store: it depends only on the plan and on
+    immutable upstream entries (the store forgets its memo when it drops one).
+    The memo holds the plan itself, so its id cannot be reused by another plan.
+    """
+    memo = store.resolved.get((stage.name, id(plan)))
+    if memo is not None and memo[0] is plan:
+        return memo[1], memo[2]
     upstream = {}
     for name in stage.reads:
         key, _ = resolve(BY_NAME[name], plan, store)
@@ -82,7 +90,9 @@ def resolve(stage: Stage, plan: dict, store: Store):
         if entry is None:
             return None, {}
         upstream[name] = entry
-    return digest_json(recipe(stage, plan, upstream)), upstream
+    key = digest_json(recipe(stage, plan, upstream))
+    store.resolved[(stage.name, id(plan))] = (plan, key, upstream)
+    return key, upstream
 
 
 def cached(stage: Stage, plan: dict, store: Store):

@@ -37,16 +37,19 @@ def case_row(plan: dict, states: dict, errors: dict, store) -> dict:
     return row
 
 
-def counts(rows: list) -> dict:
-    """Per stage: cache hits, misses (stage ran) and failures, over the rows of one run."""
-    tally = {state: {} for state in ("hits", "misses", "failures")}
-    names = {CACHED: "hits", RAN: "misses", FAILED: "failures"}
-    for row in rows:
-        for stage, state in row["stages"].items():
-            if state in names:
-                bucket = tally[names[state]]
-                bucket[stage] = bucket.get(stage, 0) + 1
-    return {**tally, "cases": len(rows), "passed": sum(r["status"] == "PASS" for r in rows)}
+class Tally:
+    """Cache hits and misses per stage over one run, for `golden-tasks stats`."""
+
+    def __init__(self):
+        self.hits, self.misses, self.cases = {}, {}, set()
+
+    def add(self, stage: str, case: str, hit: bool) -> None:
+        bucket = self.hits if hit else self.misses
+        bucket[stage] = bucket.get(stage, 0) + 1
+        self.cases.add(case)
+
+    def to_json(self) -> dict:
+        return {"hits": self.hits, "misses": self.misses, "cases": len(self.cases)}
 
 
 def _num(value, fmt):

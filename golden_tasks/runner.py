@@ -62,7 +62,11 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
             timings[stage.name] = entry.stats["seconds"]
     row = report.case_row(plan, states, errors, store)
     report.write_json(work_dir / "report.json", [row])
-    store.log_run(report.counts([row]))
+    tally = report.Tally()
+    for stage, state in row["stages"].items():
+        if state in (report.RAN, report.CACHED):
+            tally.add(stage, case_name, state == report.CACHED)
+    store.log_run(tally.to_json())
     bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.get("error") else None
                            for s in ("bench", "golden"))
     return RunResult(

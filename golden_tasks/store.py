@@ -112,6 +112,7 @@ class Store:
         self.overlay = Store(overlay) if readonly else None
         self._hits = {}  # entries found valid in this process
         self._bad = set()  # entries found corrupt in this process (kept on disk when read-only)
+        self.resolved = {}  # graph.resolve's memo of stage keys
 
     # -- objects --------------------------------------------------------------
 
@@ -188,6 +189,7 @@ class Store:
         entry = corruption.entry
         self._hits.pop((entry.stage, entry.key), None)
         self._bad.add((entry.stage, entry.key))
+        self.resolved.clear()  # keys downstream of the dropped entry may change
         if self.readonly:
             warn(f"{corruption}; treating it as a miss (read-only cache: left in place)")
             return

@@ -1,0 +1,83 @@
+"""The golden-tasks command: stats, verify (fsck), gc and explain, on a real verified project."""
+import os
+import time
+
+import pytest
+from project import Project, stage_results
+
+EAGER = "backend=eager"
+
+
+@pytest.fixture
+def project(tmp_path):
+    proj = Project(tmp_path / "project", ("hello_world", "rms_norm"))
+    code, _, _, err = proj.doit("verify", EAGER)
+    assert code == 0, err
+    return proj
+
+
+def test_stats_counts_entries_bytes_and_runs(project):
+    project.doit("verify", EAGER)
+    out = project.cli("stats").stdout
+    assert "compile           3" in out  # hello_world, rms_norm, rms_norm_bf16
+    assert "last 2 runs:" in out
+    assert "3 cases, 0 hits, 21 misses" in out
+    assert "3 cases, 21 hits, 0 misses" in out
+
+
+def test_verify_finds_and_drops_a_corrupt_object(project):
+    assert project.cli("verify").returncode == 0
+    (entry,) = [e for e in project.entries("inputs") if e["case"] == "rms_norm"]
+    digest = entry["objects"]["x"]["digest"]
+    path = project.cache / "objects" / digest[:2] / digest
+    path.write_bytes(b"garbage" + path.read_bytes()[7:])
+    found = project.cli("verify")
+    assert found.returncode == 1
+    assert f"corrupt object {path}" in found.stdout and "bad entry inputs:rms_norm" in found.stdout
+    dropped = project.cli("verify", "--drop")
+    assert dropped.returncode == 0 and "dropped" in dropped.stdout
+    assert project.cli("verify").stdout.strip().endswith("0 problem(s) found")
+    code, results, _, _ = project.doit("verify:rms_norm", EAGER)
+    assert code == 0 and results["inputs:rms_norm"] == "success"
+
+
+def test_gc_unused_keeps_exactly_what_the_library_uses(project):
+    project.edit("rms_norm", 't["out"].copy_(x / rms', 't["out"].copy_(1.0 * x / rms')
+    assert project.doit("verify", EAGER)[0] == 0
+    before = len(project.entries("golden"))
+    out = project.cli("gc", "--unused", EAGER).stdout
+    assert len(project.entries("golden")) == before - 2  # the old goldens of rms_norm and rms_norm_bf16
+    assert out.startswith("dropped ")
+    code, results, _, _ = project.doit("verify", EAGER)
+    assert code == 0 and set(stage_results(results).values()) == {"up-to-date"}
+    assert project.cli("verify").returncode == 0
+
+
+def test_gc_by_age_and_by_size(project):
+    old = time.time() - 10 * 86400
+    for path in (project.cache / "entries" / "bench").glob("*/*.json"):
+        os.utime(path, (old, old))
+    project.cli("gc", "--older-than", "5")
+    assert project.entries("bench") == [] and project.entries("golden")
+    project.cli("gc", "--max-size", "0")
+    assert project.entries() == [] and not [p for p in (project.cache / "objects").glob("*/*")]
+
+
+def test_explain_names_what_changed(project):
+    assert "is up to date" in project.cli("explain", "golden:rms_norm", EAGER).stdout
+    project.edit("rms_norm", 't["out"].copy_(x / rms', 't["out"].copy_(1.0 * x / rms')
+    project.edit("rms_norm", "TILE = 128", "TILE = 96")
+    assert "golden changed: golden_rms_norm (body)" in project.cli("explain", "golden:rms_norm", EAGER).stdout
+    assert "kernel changed: TILE" in project.cli("explain", "compile:rms_norm", EAGER).stdout
+    assert "its upstream dispatch, golden is not cached" in project.cli("explain", "validate:rms_norm", EAGER).stdout
+    assert "backend" in project.cli("explain", "compile:rms_norm").stdout  # aoti never ran here
+    project.restore("rms_norm")
+    project.edit("rms_norm", 'TensorSpec("x", (ROWS, COLS), dtype, init_value=torch.randn)',
+                 'TensorSpec("x", (ROWS, COLS), dtype, init_value=torch.rand)')
+    assert "specs changed: x" in project.cli("explain", "inputs:rms_norm", EAGER).stdout
+
+
+def test_explain_names_a_toolchain_change(project):
+    project.env["CXX"] = "a-compiler-that-is-not-there"
+    out = project.cli("explain", "abi:hello_world", EAGER).stdout
+    assert "toolchain changed: toolchain.cxx" in out
