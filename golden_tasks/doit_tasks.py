@@ -147,7 +147,8 @@ def tasks_for(root: Path) -> dict:
     # Workers fork after this: tell them how many share the cores.
     os.environ.setdefault(config.WORKERS_ENV, str(_doit_workers(sys.argv[1:])))
     if _doit_command(sys.argv[1:]) == "run":
-        atexit.register(lambda: _log_tally(library(root).store, os.getpid()) if _libraries else None)
+        parent = os.getpid()
+        atexit.register(lambda: _log_tally(library(root).store, parent) if _libraries else None)
 
     def task_plan():
         """plan each case: import errors and bad specs surface here"""
