@@ -54,8 +54,9 @@ def command_line_overrides(get_var=get_var) -> dict:
     bench = {}
     for name in ("warmup", "rounds"):
         if (value := get_var(name, None)) is not None:
-            if not value.isdigit() or (name == "rounds" and int(value) == 0):
-                raise ValueError(f"doit variable {name}={value!r} is not a {'positive' if name == 'rounds' else 'non-negative'} integer")
+            least = 1 if name == "rounds" else 0
+            if not value.isdigit() or int(value) < least:
+                raise ValueError(f"doit variable {name}={value!r} is not an integer >= {least}")
             bench[name] = int(value)
     if bench:
         overrides["bench"] = lambda old: {**old, **bench}
@@ -110,7 +111,7 @@ def _run_stage(root, stage, case):
     lib = library(root)
     plan = lib.plans[case]
     try:
-        if graph.BY_NAME[stage].live or stage in ("dispatch", "bench"):
+        if graph.BY_NAME[stage].torch:
             _threads_configured()
         graph.execute(graph.BY_NAME[stage], plan, lib.store)
     except Exception as exc:  # one clear message; a traceback only for the unexpected

@@ -32,11 +32,12 @@ class Stage:
     after: tuple = ()  # ordering only
     plan_fields: tuple = ()  # plan entries that enter the key
     live: bool = True  # needs the imported case (kernel, golden, specs, comparators)
+    torch: bool = True  # computes with torch (its worker sizes the thread pools first)
 
 
 STAGES = (
     Stage("abi", "check the specs against the kernel's parameter table",
-          plan_fields=("params", "signature"), live=False),
+          plan_fields=("params", "signature"), live=False, torch=False),
     Stage("compile", "compile the kernel for the spec shapes", reads=("abi",),
           plan_fields=("kernel", "backend", "options")),
     Stage("inputs", "generate the seeded In/InOut tensors", reads=("abi",), plan_fields=("specs", "seed")),
