@@ -4,6 +4,7 @@
     golden-tasks verify [--drop]        re-hash every object; report (and drop) bad ones
     golden-tasks gc [--unused] [--older-than DAYS] [--max-size SIZE]
     golden-tasks explain STAGE:CASE     why a stage is (not) up to date
+    golden-tasks replay RUNTIME_DIR     re-run a saved case: no compile, no kernel import
 """
 import argparse
 import json
@@ -234,6 +235,8 @@ def main(argv=None) -> int:
     gc.add_argument("--unused", action="store_true", help="entries the current library does not use")
     gc.add_argument("--older-than", type=float, metavar="DAYS", help="entries not used for DAYS days")
     gc.add_argument("--max-size", type=_size, metavar="SIZE", help="least recently used first, to fit SIZE")
+    replay_p = sub.add_parser("replay", help="replay a runtime dir (runs/<case>) without the kernel's source")
+    replay_p.add_argument("runtime_dir", type=Path)
     explain_p = sub.add_parser("explain", help="why STAGE:CASE is (not) up to date")
     explain_p.add_argument("target", metavar="STAGE:CASE")
     for p in (gc, explain_p):
@@ -241,6 +244,10 @@ def main(argv=None) -> int:
                        help="doit variables of the runs to compare with (backend=eager, rounds=10, ...)")
     args = parser.parse_args(argv)
     args.project = args.project.resolve()
+    if args.command == "replay":
+        from .replay import main as replay_main  # noqa: PLC0415 -- imports torch
+
+        return replay_main(args.runtime_dir, args.project)
     store = config.open_store(args.project, args.cache)
     if not store.root.is_dir():
         print(f"no cache at {store.root}", file=sys.stderr)

@@ -13,9 +13,15 @@ FIRST_MISMATCHES = 5
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
+    """How a case's outputs are judged: default tolerances and per-output comparators."""
     rtol: float
     atol: float
     ignore_nan: bool = False
+    compare: dict = dataclasses.field(default_factory=dict)
+
+    def check(self, actual: dict, expected: dict) -> list:
+        """One Comparison per expected output, in order."""
+        return [self.compare.get(name, allclose)(name, actual[name], want, self) for name, want in expected.items()]
 
 
 @dataclasses.dataclass

@@ -18,7 +18,7 @@ from doit import get_var
 from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
-from . import config, graph, report
+from . import config, graph, report, runtime
 from .discover import load_plans
 from .errors import VerificationFailure
 
@@ -120,6 +120,26 @@ def _run_stage(root, stage, case):
     return True
 
 
+def _runtime_current(root, case):
+    lib = library(root)
+    return runtime.is_current(lib.plans[case], lib.store, config.runs_root(root) / case)
+
+
+def _materialize(root, case):
+    lib = library(root)
+    try:
+        runtime.materialize(lib.plans[case], lib.store, config.runs_root(root) / case)
+    except (OSError, RuntimeError) as exc:
+        return TaskFailed(f"runtime:{case}: cannot write the runtime dir: {exc}")
+    return True
+
+
+def _replay(root, case):
+    from . import replay  # noqa: PLC0415 -- imports torch: only when a replay runs
+
+    return replay.main(config.runs_root(root) / case, root) == 0
+
+
 def _plan_action(error):
     return TaskFailed(error) if error else True
 
@@ -169,14 +189,30 @@ def tasks_for(root: Path) -> dict:
         create.__doc__ = stage.doc
         return create
 
+    def task_runtime():
+        """write runs/<case>: the latest verified run, self-contained and replayable"""
+        for plan in library(root).ok():
+            case = plan["case"]
+            yield {"name": case, "actions": [(_materialize, [root, case])],
+                   "uptodate": [(_runtime_current, [root, case])],
+                   "task_dep": [f"validate:{case}", f"bench:{case}"], "doc": f"runtime dir of {case}"}
+
+    def task_replay():
+        """replay runs/<case>: saved artifact, inputs and golden; no compile, no kernel import"""
+        for plan in library(root).plans.values():
+            yield {"name": plan["case"], "actions": [(_replay, [root, plan["case"]])], "verbosity": 2,
+                   "doc": f"replay runs/{plan['case']}"}
+
     def task_verify():
         """verify every case; `verify:<case>` for one"""
         for plan in library(root).plans.values():
             case = plan["case"]
-            deps = [f"{PLAN}:{case}"] if plan.get("error") else [f"{s.name}:{case}" for s in graph.STAGES]
+            deps = ([f"{PLAN}:{case}"] if plan.get("error")
+                    else [f"{s.name}:{case}" for s in graph.STAGES] + [f"runtime:{case}"])
             yield {"name": case, "actions": None, "task_dep": deps, "doc": f"verify {case}"}
 
-    tasks = {"task_plan": task_plan, "task_verify": task_verify}
+    tasks = {"task_plan": task_plan, "task_verify": task_verify, "task_runtime": task_runtime,
+             "task_replay": task_replay}
     tasks.update({f"task_{s.name}": stage_creator(s) for s in graph.STAGES})
     return tasks
 

@@ -5,6 +5,7 @@ compile work, and compiles itself for a list of specs into an Artifact. The
 pipeline never asks which form it holds; new forms (C++ sources, multi-rank
 programs) subclass KernelForm and register their Artifact type.
 """
+import importlib
 from pathlib import Path
 
 from .errors import CompileError
@@ -44,11 +45,13 @@ class Artifact:
         self.files = {k: Path(v) for k, v in files.items()}
 
     @classmethod
-    def restore(cls, backend: str, table: list, files: dict) -> "Artifact":
+    def restore(cls, backend: str, table: list, files: dict, module: str) -> "Artifact":
+        """The artifact from its stored description; `module` defines its class."""
+        importlib.import_module(module)
         try:
             return cls.registry[backend](table, files)
         except KeyError:
-            raise CompileError(f"unknown artifact backend {backend!r}") from None
+            raise CompileError(f"unknown artifact backend {backend!r} (module {module})") from None
 
     def load(self):
         """A callable taking every argument positionally in spec order."""

@@ -3,7 +3,7 @@ import dataclasses
 import traceback
 from pathlib import Path
 
-from . import config, graph, report
+from . import config, graph, report, runtime
 from .case import Case, plan_of
 from .errors import VerificationFailure
 from .forms import KernelForm
@@ -17,7 +17,7 @@ class RunResult:
     case: str
     stages: dict  # stage -> "ran" | "cached" | "FAILED" | "-"
     timings: dict  # stage -> seconds of the run that produced its entry
-    work_dir: Path  # where report.json for this case is written
+    work_dir: Path  # the case's runtime dir (written when it passes; see golden_tasks.replay)
     bench: dict  # kernel timing stats (us)
     golden_bench: dict  # golden timing stats (us)
     report: dict  # the summary row
@@ -61,7 +61,8 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
             states[stage.name] = report.RAN if ran else report.CACHED
             timings[stage.name] = entry.stats["seconds"]
     row = report.case_row(plan, states, errors, store)
-    report.write_json(work_dir / "report.json", [row])
+    if row["status"] == "PASS":
+        runtime.materialize(plan, store, work_dir, row)
     tally = report.Tally()
     for stage, state in row["stages"].items():
         if state in (report.RAN, report.CACHED):

@@ -62,7 +62,7 @@ def test_backends_compile_embed_the_table_and_run(tmp_path, backend):
     assert artifact.table[0] == {"name": "x", "kind": "tensor", "direction": "in", "shape": [4, 8],
                                  "dtype": "float32"}
     # reload from the stored files alone, as a worker does
-    restored = Artifact.restore(backend, artifact.table, artifact.files)
+    restored = Artifact.restore(backend, artifact.table, artifact.files, "golden_tasks.jit")
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     expected = y + 0.5 * x
     restored.load()(x, y, 0.5)

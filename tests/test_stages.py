@@ -69,7 +69,8 @@ def test_golden_gets_its_own_out_init_and_is_timed(upstream, tmp_path):
 def compiled(tmp_path, checked):
     specs = [s.stamped(r["direction"]) for s, r in zip(SPECS, checked.meta["table"])]
     artifact = acc.compile(specs, {"backend": "eager"}, tmp_path)
-    return Outputs(files=artifact.files, meta={"backend": artifact.backend, "table": artifact.table})
+    return Outputs(files=artifact.files, meta={"backend": artifact.backend, "module": "golden_tasks.jit",
+                                               "table": artifact.table})
 
 
 def test_dispatch_runs_on_copies_and_pure_outs_start_at_zero(upstream, tmp_path):

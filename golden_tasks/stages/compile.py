@@ -11,4 +11,5 @@ def run(case, plan, workdir, abi):
         artifact = case.kernel.compile(specs, options, workdir)
     except CompileError as exc:
         raise StageFailed(f"compile failed for {plan['case']}: {exc}") from exc
-    return Outputs(files=artifact.files, meta={"backend": artifact.backend, "table": artifact.table})
+    return Outputs(files=artifact.files, meta={"backend": artifact.backend, "module": type(artifact).__module__,
+                                               "table": artifact.table})

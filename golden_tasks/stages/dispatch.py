@@ -5,7 +5,8 @@ from . import Outputs, StageFailed, kernel_args
 
 def load_checked(compiled, abi) -> Artifact:
     """The artifact, refused if its embedded parameter table is not the checked one."""
-    artifact = Artifact.restore(compiled.meta["backend"], compiled.meta["table"], compiled.files)
+    artifact = Artifact.restore(compiled.meta["backend"], compiled.meta["table"], compiled.files,
+                                compiled.meta["module"])
     if artifact.table != abi.meta["table"]:
         diffs = [f"{a} != {b}" for a, b in zip(artifact.table, abi.meta["table"]) if a != b]
         raise StageFailed("artifact parameter table differs from the ABI-checked one:\n  "

@@ -1,6 +1,35 @@
-"""Validate: every output against its golden, with the case's comparators."""
-from ..compare import Policy, allclose
+"""Validate: every output against its golden, with the case's policy.
+
+The policy is also saved (cloudpickle, the case's module by value) so that a
+runtime dir can be re-validated without importing the kernel module.
+"""
+import sys
+
+import cloudpickle
+
+from ..compare import Policy
 from . import Outputs, StageFailed
+
+
+def save_policy(policy: Policy, module: str, path):
+    if module in sys.modules:  # comparators defined beside the kernel travel with it
+        cloudpickle.register_pickle_by_value(sys.modules[module])
+    try:
+        path.write_bytes(cloudpickle.dumps(policy))
+    finally:
+        if module in sys.modules:
+            cloudpickle.unregister_pickle_by_value(sys.modules[module])
+    return path
+
+
+def judge(policy: Policy, actual: dict, expected: dict, case: str) -> dict:
+    """The validation report; raises StageFailed naming every mismatching output."""
+    results = policy.check(actual, expected)
+    failed = [r.message for r in results if not r.passed]
+    if failed:
+        raise StageFailed(f"validation FAILED for {case}:\n" + "\n".join(failed))
+    return {"status": "pass", "outputs": [r.to_json() for r in results],
+            "max_abs": max((r.max_abs for r in results), default=0.0)}
 
 
 def run(case, plan, workdir, dispatch, golden):
@@ -10,11 +39,6 @@ def run(case, plan, workdir, dispatch, golden):
     if unknown:
         raise StageFailed(f"{plan['case']}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
-    policy = Policy(case.rtol, case.atol, case.ignore_nan)
-    results = [case.compare.get(name, allclose)(name, dispatch.tensors[name], expected, policy)
-               for name, expected in golden.tensors.items()]
-    failed = [r.message for r in results if not r.passed]
-    if failed:
-        raise StageFailed(f"validation FAILED for {plan['case']}:\n" + "\n".join(failed))
-    return Outputs(meta={"status": "pass", "outputs": [r.to_json() for r in results],
-                         "max_abs": max((r.max_abs for r in results), default=0.0)})
+    policy = Policy(case.rtol, case.atol, case.ignore_nan, case.compare)
+    meta = judge(policy, dispatch.tensors, golden.tensors, plan["case"])
+    return Outputs(files={"policy.pkl": save_policy(policy, plan.get("module"), workdir / "policy.pkl")}, meta=meta)
