@@ -9,6 +9,7 @@ doit parent, which never imports kernel modules.
 import dataclasses
 import importlib
 
+from .data import describe
 from .fingerprint import Fingerprinter, parts
 from .forms import KernelForm
 from .errors import SpecError
@@ -22,8 +23,9 @@ class Case:
     `specs` is a list or a zero-argument callable returning one (a callable
     keeps a bad spec from breaking the module's other cases). `kernel` and
     `golden` default to the module's `<module>` and `golden_<module>`.
-    `compare` maps an output name to a comparator `(actual, expected, rtol,
-    atol, ignore_nan) -> (ok, report)`.
+    `compare` maps an output name to a comparator `(name, actual, expected,
+    policy) -> Comparison`. `inputs_from` / `golden_from` take the inputs /
+    golden outputs from a data directory instead of generating them.
     """
     name: str
     specs: object
@@ -38,6 +40,8 @@ class Case:
     options: dict = dataclasses.field(default_factory=dict)
     warmup: int = 5
     rounds: int = 100
+    inputs_from: str = None  # a directory with in/<name>.pt for every scalar, In and InOut (see data.py)
+    golden_from: str = None  # a directory with out/<name>.pt for every Out and InOut
 
     def resolved(self, module=None) -> "Case":
         """A copy with defaults filled in from `module` and `specs` evaluated."""
@@ -59,12 +63,13 @@ class Case:
 
 # Plan fields that come from the module's source; the others (backend, options,
 # bench) may also be overridden from the command line.
-SOURCE_FIELDS = ("params", "signature", "specs", "seed", "kernel", "golden", "policy")
+SOURCE_FIELDS = ("params", "signature", "specs", "seed", "kernel", "golden", "policy", "data_in", "data_out")
 
 
 def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
     """The plan of a resolved case, and the user source files its fingerprints read."""
     fp = Fingerprinter()
+    data, data_files = describe(case, case.kernel.params())
     specs = []
     for s in case.specs:
         desc = signature_of(s)
@@ -85,10 +90,11 @@ def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
         "policy": fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan,
                       "compare": case.compare}),
         "bench": {"warmup": case.warmup, "rounds": case.rounds},
+        **data,
         # not in any key: lets `golden-tasks explain` name the function or constant that changed
         "parts": {"kernel": parts(case.kernel), "golden": parts(case.golden) if case.golden is not None else {}},
     }
-    return plan, fp.files
+    return plan, fp.files | data_files
 
 
 def module_cases(module) -> list:

@@ -110,13 +110,14 @@ def plan_modules(root: Path, stems: list) -> dict:
         for plan in plans:
             if names.count(plan["case"]) > 1:
                 plan["error"] = f"case name {plan['case']!r} is defined more than once in kernels/{stem}.py"
-        result[stem] = {"files": files, "cases": plans}
+        # a broken case (missing data files, say) is planned again every time, until it is fixed
+        result[stem] = {"files": files, "cases": plans, "failed": any("error" in p for p in plans)}
     # Every project module now loaded may have shaped a plan: depend on all of them.
     loaded = {str(Path(m.__file__).resolve()) for n, m in list(sys.modules.items())
               if getattr(m, "__file__", None) and is_user_module(n)
               and Path(m.__file__).resolve().is_relative_to(root.resolve())}
     for entry in result.values():
-        if not entry.get("failed"):
+        if isinstance(entry["files"], set):
             entry["files"] = {f: digest_file(Path(f)) for f in sorted(entry["files"] | loaded)}
     return result
 

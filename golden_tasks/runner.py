@@ -27,11 +27,14 @@ class RunResult:
 
 
 def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None, ignore_nan=False,
-        seed=0, backend=None, options=None, warmup=5, rounds=100, cache_dir=None, runs_dir=None) -> RunResult:
+        seed=0, backend=None, options=None, warmup=5, rounds=100, inputs_from=None, golden_from=None,
+        cache_dir=None, runs_dir=None) -> RunResult:
     """Verify one kernel through every stage, reusing and filling the cache.
 
     `fn` is a kernel form (a `@golden_tasks.jit` function); `specs` a list of
     TensorSpec/ScalarSpec in parameter order (or a callable returning one).
+    `inputs_from` / `golden_from`: data directories to read inputs (in/<name>.pt)
+    / golden outputs (out/<name>.pt) from instead of generating them.
     Setup errors (ABI mismatch, bad specs, compile errors) and validation
     mismatches come back as a failed RunResult with a precise message.
     """
@@ -45,7 +48,8 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
     try:
         case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, rtol=rtol, atol=atol,
                     compare=dict(compare or {}), ignore_nan=ignore_nan, seed=seed, backend=backend,
-                    options=dict(options or {}), warmup=warmup, rounds=rounds).resolved()
+                    options=dict(options or {}), warmup=warmup, rounds=rounds, inputs_from=inputs_from,
+                    golden_from=golden_from).resolved()
         plan, _ = plan_of(case)
     except VerificationFailure as exc:
         plan["error"] = str(exc)
