@@ -36,7 +36,8 @@ def current_keys(plan: dict, store) -> dict:
 
 
 def is_current(plan: dict, store, case_dir: Path) -> bool:
-    """Whether case_dir holds this plan's current run, every file present at its size."""
+    """Whether case_dir holds this plan's current run, every file present, unchanged since written
+    (size and mtime: the files are hard links, so damage to a cache object shows here too)."""
     try:
         manifest = json.loads((case_dir / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -45,9 +46,10 @@ def is_current(plan: dict, store, case_dir: Path) -> bool:
         return False
     for rel, record in {**manifest["tensors"], **manifest["artifact"]["files"], **manifest["files"]}.items():
         try:
-            if os.path.getsize(case_dir / rel) != record["nbytes"]:
-                return False
+            st = os.stat(case_dir / rel)
         except OSError:
+            return False
+        if st.st_size != record["nbytes"] or st.st_mtime_ns != manifest["mtimes"].get(rel):
             return False
     return True
 
@@ -115,6 +117,8 @@ def materialize(plan: dict, store, case_dir: Path, summary: dict = None) -> Path
                   "kernel_us": entries["bench"].stats.get("kernel_us"),
                   "golden_us": entries["golden"].stats.get("golden_us")}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))
+    records = {**tensors, **manifest["artifact"]["files"], **files}
+    manifest["mtimes"] = {rel: os.stat(tmp / rel).st_mtime_ns for rel in records}
     (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest)), indent=1, sort_keys=True))
     _swap_in(tmp, case_dir)
     return case_dir
