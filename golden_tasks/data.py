@@ -4,10 +4,13 @@
     <golden_from>/out/<name>.pt   every Out and InOut parameter (the expected final values)
 
 Each file holds one tensor saved with `torch.save` (a scalar may be a Python
-number). The files are read, never written; their content digests enter the
-keys of the stages that read them, so changing a file re-runs exactly what
-depends on it.
+number). A runtime dir (runs/<case>, see runtime.py) is a data directory too:
+its data/in/ and data/golden/ files are read with the dtypes and shapes of its
+manifest, so data saved by one run can feed another case. The files are read,
+never written; their content digests enter the keys of the stages that read
+them, so changing a file re-runs exactly what depends on it.
 """
+import json
 from pathlib import Path
 
 import torch
@@ -17,9 +20,33 @@ from .hashing import digest_file
 from .specs import dtype_name
 
 
-def load(path: Path) -> torch.Tensor:
-    value = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    return value if isinstance(value, torch.Tensor) else torch.tensor(value)
+RUNTIME_FOLDERS = {"in": "data/in", "out": "data/golden"}
+
+
+def _manifest(root: Path):
+    """The tensors table of a runtime dir, or None for a plain data directory."""
+    try:
+        return json.loads((root / "manifest.json").read_text())["tensors"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def path_of(root, folder: str, name: str) -> Path:
+    root = Path(root).resolve()
+    if _manifest(root) is not None:
+        return root / RUNTIME_FOLDERS[folder] / f"{name}.bin"
+    return root / folder / f"{name}.pt"
+
+
+def read(root, folder: str, name: str) -> torch.Tensor:
+    """The named tensor of a data directory's `in` or `out` folder."""
+    path, tensors = path_of(root, folder, name), _manifest(Path(root).resolve())
+    if tensors is None:
+        value = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return value if isinstance(value, torch.Tensor) else torch.tensor(value)
+    record = tensors[f"{RUNTIME_FOLDERS[folder]}/{name}.bin"]
+    flat = torch.from_file(str(path), shared=False, size=record["nbytes"], dtype=torch.uint8)
+    return flat.view(getattr(torch, record["dtype"])).reshape(record["shape"])
 
 
 def required(params: list) -> dict:
@@ -45,13 +72,13 @@ def describe(case, params: list) -> tuple[dict, set]:
     for folder, root in (("in", case.inputs_from), ("out", case.golden_from)):
         if root is None:
             continue
-        paths = {name: Path(root).resolve() / folder / f"{name}.pt" for name in need[folder]}
+        paths = {name: path_of(root, folder, name) for name in need[folder]}
         missing = [str(p) for p in paths.values() if not p.is_file()]
         if missing:
             problems.append(f"missing data files for case {case.name!r}:\n    " + "\n    ".join(missing))
             continue
         for name, path in paths.items():
-            problem = _mismatch(specs[name], load(path), path)
+            problem = _mismatch(specs[name], read(root, folder, name), path)
             if problem:
                 problems.append(problem)
             found[f"data_{folder}"][name] = digest_file(path)

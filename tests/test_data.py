@@ -89,6 +89,21 @@ def test_run_with_captured_inputs_and_goldens(tmp_path):
     assert failed.stages["golden"] == "ran" and failed.stages["inputs"] == "cached"
 
 
+def test_a_runtime_dir_feeds_another_run(tmp_path):
+    """Data saved by one run (its runtime dir) is a data directory for the next."""
+    first = golden_tasks.run(fn=axpy, specs=specs, golden=golden_axpy, rounds=2, runs_dir=tmp_path / "runs")
+    assert first.passed
+
+    def unused_golden(t):
+        raise AssertionError("saved goldens take precedence over the golden function")
+    again = golden_tasks.run(fn=axpy, specs=specs, golden=unused_golden, rounds=2, name="axpy_again", seed=5,
+                             inputs_from=first.work_dir, golden_from=first.work_dir, runs_dir=tmp_path / "runs")
+    assert again.passed, again.error
+    saved = torch.from_file(str(first.work_dir / "data" / "in" / "x.bin"), size=12, dtype=torch.float32)
+    reused = torch.from_file(str(again.work_dir / "data" / "in" / "x.bin"), size=12, dtype=torch.float32)
+    assert torch.equal(saved, reused)  # seed=5 was not used: the inputs came from the first run
+
+
 MODULE = textwrap.dedent('''
     import functools
     import torch

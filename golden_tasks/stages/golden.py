@@ -4,8 +4,6 @@ It receives a dict keyed by spec name: clones of the inputs, its own output
 buffers (InOut initial values; Out from init_value or zeros), scalars as Python
 values. It is timed on the same inputs for the report's speedup.
 """
-from pathlib import Path
-
 from .. import data
 from ..specs import stamp_all
 from . import Outputs, StageFailed
@@ -15,9 +13,8 @@ from .inputs import make
 
 def run(case, plan, workdir, abi, inputs):
     if case.golden_from is not None:  # saved goldens take precedence over the function
-        source = Path(case.golden_from).resolve() / "out"
         specs = stamp_all(case.specs, abi.meta["table"])
-        return Outputs(tensors={s.name: data.load(source / f"{s.name}.pt").contiguous()
+        return Outputs(tensors={s.name: data.read(case.golden_from, "out", s.name).contiguous()
                                 for s in specs if s.kind == "tensor" and s.is_output})
     if case.golden is None:
         return Outputs(meta={"skipped": "no golden: validation skipped, not a correctness check"})

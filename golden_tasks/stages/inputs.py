@@ -6,8 +6,6 @@ is bitwise identical in any process and independent of the other specs.
 import torch
 import xxhash
 
-from pathlib import Path
-
 from .. import data
 from ..specs import stamp_all
 from . import Outputs
@@ -27,8 +25,7 @@ def make(spec, seed: int) -> torch.Tensor:
 def run(case, plan, workdir, abi):
     specs = stamp_all(case.specs, abi.meta["table"])
     if case.inputs_from is not None:  # checked against the specs when planned
-        source = Path(case.inputs_from).resolve() / "in"
-        tensors = {s.name: data.load(source / f"{s.name}.pt").contiguous()
+        tensors = {s.name: data.read(case.inputs_from, "in", s.name).contiguous()
                    for s in specs if s.kind == "tensor" and s.is_input}
     else:
         tensors = {s.name: make(s, plan["seed"]) for s in specs if s.kind == "tensor" and s.is_input}
