@@ -18,6 +18,7 @@ import torch
 from .errors import SpecError
 from .hashing import digest_file
 from .specs import dtype_name
+from .tensors import map_raw
 
 
 RUNTIME_FOLDERS = {"in": "data/in", "out": "data/golden"}
@@ -44,9 +45,7 @@ def read(root, folder: str, name: str) -> torch.Tensor:
     if tensors is None:
         value = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         return value if isinstance(value, torch.Tensor) else torch.tensor(value)
-    record = tensors[f"{RUNTIME_FOLDERS[folder]}/{name}.bin"]
-    flat = torch.from_file(str(path), shared=False, size=record["nbytes"], dtype=torch.uint8)
-    return flat.view(getattr(torch, record["dtype"])).reshape(record["shape"])
+    return map_raw(path, tensors[f"{RUNTIME_FOLDERS[folder]}/{name}.bin"])
 
 
 def required(params: list) -> dict:

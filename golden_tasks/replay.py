@@ -14,14 +14,13 @@ import tempfile
 from pathlib import Path
 
 import cloudpickle
-import torch
 
 from .errors import VerificationFailure
 from .hashing import digest_file
 from .runtime import MANIFEST
-from .specs import dtype_of
 from .stages import Outputs, bench, dispatch
 from .stages.validate import judge
+from .tensors import map_raw
 from .toolchain import toolchain
 
 MEANING = {
@@ -79,17 +78,9 @@ def _check_files(path: Path, manifest: dict) -> None:
         raise ReplayError(f"{path} is damaged:\n  " + "\n  ".join(problems))
 
 
-def _tensor(path: Path, record: dict) -> torch.Tensor:
-    dtype, shape = dtype_of(record["dtype"]), tuple(record["shape"])
-    if record["nbytes"] == 0:
-        return torch.empty(shape, dtype=dtype)
-    flat = torch.from_file(str(path), shared=False, size=record["nbytes"], dtype=torch.uint8)
-    return flat.view(dtype).reshape(shape)
-
-
 def _folder(path: Path, manifest: dict, folder: str) -> dict:
     prefix = f"data/{folder}/"
-    return {rel[len(prefix):-len(".bin")]: _tensor(path / rel, rec)
+    return {rel[len(prefix):-len(".bin")]: map_raw(path / rel, rec)
             for rel, rec in manifest["tensors"].items() if rel.startswith(prefix)}
 
 

@@ -21,16 +21,24 @@ def put_tensor(store: Store, tensor: torch.Tensor) -> dict:
     return {**store.put_buffer(_bytes(data)), "dtype": dtype_name(data.dtype), "shape": list(data.shape)}
 
 
-def load_tensor(store: Store, record: dict) -> torch.Tensor:
-    """The stored tensor, memory-mapped; raises ValueError when its bytes no longer match the digest."""
+def map_raw(path, record: dict, verify: bool = False) -> torch.Tensor:
+    """A raw tensor file (record: nbytes, dtype, shape, digest), memory-mapped copy-on-write.
+
+    Raises ValueError when the file cannot be mapped or, with `verify`, when its
+    bytes no longer match the recorded digest.
+    """
     dtype, shape = dtype_of(record["dtype"]), tuple(record["shape"])
     if record["nbytes"] == 0:
         return torch.empty(shape, dtype=dtype)
-    path = store.object_path(record["digest"])
     try:
         flat = torch.from_file(str(path), shared=False, size=record["nbytes"], dtype=torch.uint8)
     except RuntimeError as exc:  # missing or shorter than recorded
         raise ValueError(f"cannot be mapped ({exc})") from exc
-    if digest_bytes(flat.numpy()) != record["digest"]:
+    if verify and digest_bytes(flat.numpy()) != record["digest"]:
         raise ValueError("content does not match its digest (corrupted)")
     return flat.view(dtype).reshape(shape)
+
+
+def load_tensor(store: Store, record: dict) -> torch.Tensor:
+    """The stored tensor, memory-mapped and re-hashed."""
+    return map_raw(store.object_path(record["digest"]), record, verify=True)
