@@ -96,8 +96,8 @@ def test_sigkill_at_any_moment_leaves_the_cache_consistent(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         fsck(proj)
-    code, results, _, err = proj.doit("verify", EAGER)
-    assert code == 0, err
+    code, results, report, err = proj.doit("verify", EAGER)
+    assert code == 0, [(t["name"], t["error"]) for t in report["tasks"] if t["result"] == "fail"]
     fsck(proj)
 
 
