@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from . import config, graph
+from .fingerprint import changed_parts
 from .hashing import digest_file
 from .store import CorruptObject, Entry, Store, object_problem
 
@@ -210,8 +211,7 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
         if last["plan"].get(field) == current["plan"][field]:
             continue
         if field in current["parts"]:
-            changed = sorted(k for k in set(current["parts"][field]) | set(last["parts"].get(field, {}))
-                             if current["parts"][field].get(k) != last["parts"].get(field, {}).get(k))
+            changed = changed_parts(last["parts"].get(field, {}), current["parts"][field])
             lines.append(f"  {field} changed: {', '.join(changed) or 'its fingerprint'}")
         elif field == "specs":
             old, new = _specs_by_name(last), _specs_by_name(current)

@@ -175,6 +175,11 @@ def parts(obj) -> dict:
     return out
 
 
+def changed_parts(old: dict, new: dict) -> list:
+    """Names whose digest differs between two `parts` results (added and removed included)."""
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
 def _cell_filled(cell) -> bool:
     try:
         cell.cell_contents

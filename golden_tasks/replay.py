@@ -16,8 +16,9 @@ from pathlib import Path
 import cloudpickle
 
 from .errors import VerificationFailure
+from .fingerprint import changed_parts
 from .hashing import digest_file
-from .runtime import MANIFEST
+from .runtime import MANIFEST, records
 from .stages import Outputs, bench, dispatch
 from .stages.validate import judge
 from .tensors import map_raw
@@ -64,9 +65,8 @@ def toolchain_mismatches(manifest: dict) -> list:
 
 
 def _check_files(path: Path, manifest: dict) -> None:
-    records = {**manifest["tensors"], **manifest["artifact"]["files"], **manifest["files"]}
     problems = []
-    for rel, record in sorted(records.items()):
+    for rel, record in sorted(records(manifest).items()):
         file = path / rel
         if not file.exists():
             problems.append(f"{rel}: missing")
@@ -104,7 +104,7 @@ def staleness(path: Path, manifest: dict, project: Path) -> list:
             detail = ""
             if field in ("kernel", "golden"):
                 old, new = saved["parts"].get(field, {}), current["parts"].get(field, {})
-                names = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+                names = changed_parts(old, new)
                 helpers = [n for n in names if not n.endswith("(body)")]
                 detail = f" ({', '.join(names)}{'; helper modules or constants' if helpers else ''})"
             found.append(f"{field} changed since this data was saved{detail}: "

@@ -30,6 +30,11 @@ FORMAT = 1
 FINGERPRINTS = ("params", "signature", "specs", "seed", "kernel", "golden", "policy", "backend", "options", "parts")
 
 
+def records(manifest: dict) -> dict:
+    """Every file of a runtime dir (relative path -> digest, nbytes, ...) but the manifest and report."""
+    return {**manifest["tensors"], **manifest["artifact"]["files"], **manifest["files"]}
+
+
 def current_keys(plan: dict, store) -> dict:
     """stage -> key for every stage whose upstream is cached (None otherwise)."""
     return {s.name: graph.resolve(s, plan, store)[0] for s in graph.STAGES}
@@ -44,7 +49,7 @@ def is_current(plan: dict, store, case_dir: Path) -> bool:
         return False
     if manifest.get("keys") != current_keys(plan, store):
         return False
-    for rel, record in {**manifest["tensors"], **manifest["artifact"]["files"], **manifest["files"]}.items():
+    for rel, record in records(manifest).items():
         try:
             st = os.stat(case_dir / rel)
         except OSError:
@@ -117,8 +122,7 @@ def materialize(plan: dict, store, case_dir: Path, summary: dict = None) -> Path
                   "kernel_us": entries["bench"].stats.get("kernel_us"),
                   "golden_us": entries["golden"].stats.get("golden_us")}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))
-    records = {**tensors, **manifest["artifact"]["files"], **files}
-    manifest["mtimes"] = {rel: os.stat(tmp / rel).st_mtime_ns for rel in records}
+    manifest["mtimes"] = {rel: os.stat(tmp / rel).st_mtime_ns for rel in records(manifest)}
     (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest)), indent=1, sort_keys=True))
     _swap_in(tmp, case_dir)
     return case_dir
