@@ -1,14 +1,28 @@
 """Comparators: does an output match its golden, and if not, exactly where.
 
-A comparator is a callable `(name, actual, expected, policy) -> Comparison`,
-where `policy` carries the case's rtol, atol and ignore_nan. `allclose` is the
-default; a case may map an output name to any other comparator.
+A comparator is a callable `(name, actual, expected, policy, outputs) ->
+Comparison`: `policy` carries the case's rtol, atol and ignore_nan, and
+`outputs` (a `Sides`) holds every actual and golden output of the case, so a
+comparator can read a paired output (top-k indices with their scores).
+`allclose` is the default; a case may map an output name to any other
+comparator. The parameterised ones are frozen dataclasses with plain fields, so
+they pickle into policy.pkl and fingerprint by their field values; their
+lowercase names are the classes, called with the settings:
+`compare={"o": ratio_allclose(max_error_ratio=1e-3)}`.
 """
 import dataclasses
+import math
 
 import torch
 
 FIRST_MISMATCHES = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Sides:
+    """Every output of a case, by name: the kernel's (`actual`) and the golden's (`expected`)."""
+    actual: dict
+    expected: dict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,12 +35,21 @@ class Policy:
 
     def check(self, actual: dict, expected: dict) -> list:
         """One Comparison per expected output, in order."""
-        return [self.compare.get(name, allclose)(name, actual[name], want, self) for name, want in expected.items()]
+        sides = Sides(actual, expected)
+        return [self._one(name, actual[name], want, sides) for name, want in expected.items()]
+
+    def _one(self, name, actual, expected, sides) -> "Comparison":
+        comparator = self.compare.get(name, allclose)
+        if isinstance(comparator, type):  # `ratio_allclose` without its settings would construct, not compare
+            return Comparison(name, False, f"output {name!r}: compare maps it to the class {comparator.__name__}, "
+                                           f"not a comparator; call it: {comparator.__name__}(...)")
+        return comparator(name, actual, expected, self, sides)
 
 
 @dataclasses.dataclass
 class Comparison:
-    """The verdict on one output, with figures for the report."""
+    """The verdict on one output, with figures for the report; `stats` holds a
+    comparator's own measured figures (JSON-able numbers)."""
     name: str
     passed: bool
     message: str
@@ -34,6 +57,7 @@ class Comparison:
     max_rel: float = 0.0
     mismatches: int = 0
     total: int = 0
+    stats: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -53,6 +77,69 @@ def _describe(i, shape, a, e) -> str:
     return f"{_coords(i, shape)}: actual {a:.6g}, expected {e:.6g}, abs err {abs_err:.3g}, rel err {rel:.3g}"
 
 
+def _shape_mismatch(name, actual, expected):
+    """A failing Comparison when the shapes differ, else None."""
+    if tuple(actual.shape) == tuple(expected.shape):
+        return None
+    return Comparison(name, False, f"output {name!r}: shape {tuple(actual.shape)} "
+                                   f"!= golden shape {tuple(expected.shape)}")
+
+
+def _flat(t):
+    return t.detach().double().reshape(-1)
+
+
+def _considered(e, ignore_nan: bool):
+    """The points that are judged: all, or those where the golden is not NaN."""
+    return ~torch.isnan(e) if ignore_nan else torch.ones_like(e, dtype=torch.bool)
+
+
+def _all_nan(name, e, considered):
+    """A failing Comparison when ignore_nan leaves nothing of a non-empty golden, else None."""
+    if bool(considered.any()) or not e.numel():
+        return None
+    return Comparison(name, False, f"output {name!r}: golden is NaN everywhere; nothing to compare",
+                      total=e.numel())
+
+
+def _maxima(diff, e, considered) -> tuple:
+    """(max abs err, max rel err) over the considered points where the difference is finite."""
+    finite = considered & torch.isfinite(diff)
+    if not bool(finite.any()):
+        return 0.0, 0.0
+    rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    return float(diff[finite].max()), float(rel[finite].max())
+
+
+def _excess(diff, bound):
+    """How far each point is past its bound; NaN/Inf differences rank worst."""
+    return torch.where(torch.isfinite(diff), diff - bound, torch.tensor(float("inf"), dtype=diff.dtype))
+
+
+def _listing(bad, score, shape, a, e) -> list:
+    """Report lines for the `bad` flat indices: the one with the highest `score`, then the first few."""
+    worst = int(bad[score[bad].argmax()])
+    lines = [f"  worst at {_describe(worst, shape, float(a[worst]), float(e[worst]))}", "  first mismatches:"]
+    return lines + [f"    {_describe(int(i), shape, float(a[i]), float(e[i]))}" for i in bad[:FIRST_MISMATCHES]]
+
+
+def _nonfinite(a, e, considered, shape) -> list:
+    """Hard-failure lines for NaN/Inf among the considered points, one per side that has any."""
+    lines = []
+    for side, t in (("actual", a), ("golden", e)):
+        where = (considered & ~torch.isfinite(t)).nonzero().reshape(-1)
+        if where.numel():
+            first = ", ".join(str(_coords(int(i), shape)) for i in where[:FIRST_MISMATCHES])
+            lines.append(f"  hard failure: {where.numel()} NaN/Inf in the {side}, first at {first}")
+    return lines
+
+
+def _settings(comparator, policy) -> tuple:
+    """(rtol, atol, ignore_nan): the comparator's own, or the policy's where it has None."""
+    return tuple(getattr(policy, k) if getattr(comparator, k) is None else getattr(comparator, k)
+                 for k in ("rtol", "atol", "ignore_nan"))
+
+
 @dataclasses.dataclass(frozen=True)
 class Allclose:
     """|actual - expected| <= atol + rtol * |expected| everywhere; NaN fails unless ignored.
@@ -63,40 +150,326 @@ class Allclose:
     atol: float = None
     ignore_nan: bool = None
 
-    def __call__(self, name, actual, expected, policy: Policy) -> Comparison:
-        rtol = policy.rtol if self.rtol is None else self.rtol
-        atol = policy.atol if self.atol is None else self.atol
-        ignore_nan = policy.ignore_nan if self.ignore_nan is None else self.ignore_nan
-        if tuple(actual.shape) != tuple(expected.shape):
-            return Comparison(name, False, f"output {name!r}: shape {tuple(actual.shape)} "
-                                           f"!= golden shape {tuple(expected.shape)}")
+    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+        rtol, atol, ignore_nan = _settings(self, policy)
+        if failed := _shape_mismatch(name, actual, expected):
+            return failed
         shape = tuple(expected.shape)
-        a = actual.detach().double().reshape(-1)
-        e = expected.detach().double().reshape(-1)
-        considered = ~torch.isnan(e) if ignore_nan else torch.ones_like(e, dtype=torch.bool)
-        if ignore_nan and not bool(considered.any()) and e.numel():
-            return Comparison(name, False, f"output {name!r}: golden is NaN everywhere; nothing to compare",
-                              total=e.numel())
+        a, e = _flat(actual), _flat(expected)
+        considered = _considered(e, ignore_nan)
+        if failed := _all_nan(name, e, considered):
+            return failed
         diff = (a - e).abs()
+        bound = atol + rtol * e.abs()
         # an infinite golden matches only the same infinity (its tolerance would be infinite)
-        ok = ((diff <= atol + rtol * e.abs()) & torch.isfinite(e)) | (torch.isinf(e) & (a == e)) | ~considered
-        finite = considered & torch.isfinite(diff)
-        max_abs = float(diff[finite].max()) if bool(finite.any()) else 0.0
-        rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
-        max_rel = float(rel[finite].max()) if bool(finite.any()) else 0.0
+        ok = ((diff <= bound) & torch.isfinite(e)) | (torch.isinf(e) & (a == e)) | ~considered
+        max_abs, max_rel = _maxima(diff, e, considered)
         bad = (~ok).nonzero().reshape(-1)
         total = int(considered.sum())
         if bad.numel() == 0:
             return Comparison(name, True, f"output {name!r}: {total} elements within rtol={rtol:g} atol={atol:g}",
                               max_abs, max_rel, 0, total)
-        # worst: NaN/Inf first, else the largest excess over the tolerance
-        excess = torch.where(torch.isfinite(diff), diff - (atol + rtol * e.abs()), torch.tensor(float("inf")))
-        worst = int(bad[excess[bad].argmax()])
-        lines = [f"output {name!r}: {bad.numel()}/{total} elements mismatched (rtol={rtol:g}, atol={atol:g})",
-                 f"  worst at {_describe(worst, shape, float(a[worst]), float(e[worst]))}",
-                 "  first mismatches:"]
-        lines += [f"    {_describe(int(i), shape, float(a[i]), float(e[i]))}" for i in bad[:FIRST_MISMATCHES]]
+        lines = [f"output {name!r}: {bad.numel()}/{total} elements mismatched (rtol={rtol:g}, atol={atol:g})"]
+        lines += _listing(bad, _excess(diff, bound), shape, a, e)
         return Comparison(name, False, "\n".join(lines), max_abs, max_rel, bad.numel(), total)
 
 
 allclose = Allclose()
+
+
+def _leading(name, shape, rows, axis):
+    """(axis, rows) with the axis made non-negative, or the failure message when either is out of range."""
+    if not -len(shape) <= axis < len(shape):
+        return f"output {name!r}: valid_axis={axis} is not an axis of shape {shape}"
+    axis %= len(shape)
+    if not 0 <= rows <= shape[axis]:
+        return f"output {name!r}: valid_rows={rows} outside 0..{shape[axis]} (axis {axis} of shape {shape})"
+    return axis, rows
+
+
+def _tail_line(actual, axis, rows):
+    """None when the actual is exactly 0 at every index >= rows along axis, else the failure line."""
+    tail = actual.detach().narrow(axis, rows, actual.shape[axis] - rows)
+    where = (tail != 0).nonzero()  # NaN != 0: a NaN in the tail counts
+    if not len(where):
+        return None
+    where[:, axis] += rows  # tail coordinates -> full-tensor coordinates
+    first = tuple(where[0].tolist())
+    return (f"  {len(where)}/{tail.numel()} elements of the tail (index >= {rows} along axis {axis}) are not 0, "
+            f"first at {first}: {float(actual[first]):.6g}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RatioAllclose:
+    """Allclose that tolerates a fraction of bad points: passes when bad/considered <= max_error_ratio.
+
+    A point is bad when |actual - expected| > atol + rtol * |expected|. Only the
+    leading `valid_rows` indices along `valid_axis` are compared (None: the
+    whole tensor; 0: nothing, which passes with "0 rows compared" unless the
+    zero-tail check fails). `zero_tail` also requires the actual to be exactly 0
+    at every index >= valid_rows along valid_axis (no tail when valid_rows is
+    None). Hard failures, whatever the ratio: NaN/Inf among the compared points
+    on either side. `ignore_nan` drops the points where the golden is NaN and
+    fails when that leaves nothing of a non-empty region. rtol, atol and
+    ignore_nan left as None take the case's policy.
+    stats: error_ratio, bad, considered, max_abs, max_rel.
+    """
+    atol: float = None
+    rtol: float = None
+    max_error_ratio: float = 0.005
+    valid_rows: int = None
+    valid_axis: int = 0
+    zero_tail: bool = False
+    ignore_nan: bool = None
+
+    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+        rtol, atol, ignore_nan = _settings(self, policy)
+        if failed := _shape_mismatch(name, actual, expected):
+            return failed
+        if self.valid_rows is None:
+            return self._ratio(name, actual, expected, rtol, atol, ignore_nan)
+        leading = _leading(name, tuple(expected.shape), self.valid_rows, self.valid_axis)
+        if isinstance(leading, str):
+            return Comparison(name, False, leading)
+        axis, rows = leading
+        # the leading slice's coordinates are the full tensor's
+        result = self._ratio(name, actual.narrow(axis, 0, rows), expected.narrow(axis, 0, rows), rtol, atol,
+                             ignore_nan)
+        if rows == 0:
+            result = dataclasses.replace(result, message=f"output {name!r}: 0 rows compared "
+                                                         f"(valid_rows=0 along axis {axis})")
+        tail = _tail_line(actual, axis, rows) if self.zero_tail else None
+        if tail:
+            result = dataclasses.replace(result, passed=False, message=f"{result.message}\n{tail}")
+        return result
+
+    def _ratio(self, name, actual, expected, rtol, atol, ignore_nan) -> Comparison:
+        shape = tuple(expected.shape)
+        a, e = _flat(actual), _flat(expected)
+        considered = _considered(e, ignore_nan)
+        if failed := _all_nan(name, e, considered):
+            return failed
+        diff = (a - e).abs()
+        bound = atol + rtol * e.abs()
+        bad = (considered & ~(diff <= bound)).nonzero().reshape(-1)  # a NaN difference is bad too
+        total = int(considered.sum())
+        ratio = bad.numel() / total if total else 0.0
+        within = ratio <= self.max_error_ratio
+        hard = _nonfinite(a, e, considered, shape)
+        max_abs, max_rel = _maxima(diff, e, considered)
+        lines = [f"output {name!r}: {bad.numel()}/{total} elements ({ratio:.3%}) outside atol={atol:g} rtol={rtol:g}, "
+                 f"{'within' if within else 'above'} max_error_ratio {self.max_error_ratio * 100:g}%", *hard]
+        passed = within and not hard
+        if not passed and bad.numel():
+            lines += _listing(bad, _excess(diff, bound), shape, a, e)
+        stats = {"error_ratio": ratio, "bad": bad.numel(), "considered": total, "max_abs": max_abs, "max_rel": max_rel}
+        return Comparison(name, passed, "\n".join(lines), max_abs, max_rel, bad.numel(), total, stats)
+
+
+ratio_allclose = RatioAllclose
+
+
+@dataclasses.dataclass(frozen=True)
+class RatioReldiff:
+    """Bounds the relative difference rd = |actual - expected| / max(|expected|, floor).
+
+    Below `floor` the golden's magnitude stops shrinking the denominator, so rd
+    there is the absolute difference scaled by 1/floor. Fails when the fraction
+    of points with rd > diff_thd exceeds pct_thd, when any rd exceeds
+    max_diff_hd (a hard cap, reported with its worst point), or on NaN/Inf
+    among the compared points on either side; the policy's ignore_nan drops the
+    points where the golden is NaN. stats: pct_over (a fraction, like pct_thd),
+    max_reldiff.
+    """
+    diff_thd: float = 0.005
+    pct_thd: float = 0.005
+    max_diff_hd: float = 0.1
+    floor: float = 1e-3
+
+    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+        if failed := _shape_mismatch(name, actual, expected):
+            return failed
+        shape = tuple(expected.shape)
+        a, e = _flat(actual), _flat(expected)
+        considered = _considered(e, policy.ignore_nan)
+        if failed := _all_nan(name, e, considered):
+            return failed
+        diff = (a - e).abs()
+        rd = diff / e.abs().clamp_min(self.floor)
+        over = (considered & ~(rd <= self.diff_thd)).nonzero().reshape(-1)  # a NaN rd is over too
+        total = int(considered.sum())
+        pct = over.numel() / total if total else 0.0
+        within = pct <= self.pct_thd
+        lines = [f"output {name!r}: {over.numel()}/{total} elements ({pct:.3%}) with relative difference above "
+                 f"{self.diff_thd:g} (floor {self.floor:g}), {'within' if within else 'above'} "
+                 f"pct_thd {self.pct_thd * 100:g}%"]
+        finite = considered & torch.isfinite(rd)
+        max_rd = float(rd[finite].max()) if bool(finite.any()) else 0.0
+        if max_rd > self.max_diff_hd:
+            worst = int(torch.where(finite, rd, -1.0).argmax())
+            lines.append(f"  hard failure: relative difference {max_rd:.3g} above max_diff_hd {self.max_diff_hd:g} "
+                         f"at {_describe(worst, shape, float(a[worst]), float(e[worst]))}")
+        lines += _nonfinite(a, e, considered, shape)
+        passed = within and len(lines) == 1
+        if not passed and over.numel():
+            lines += _listing(over, rd.nan_to_num(nan=float("inf")), shape, a, e)
+        max_abs, max_rel = _maxima(diff, e, considered)
+        return Comparison(name, passed, "\n".join(lines), max_abs, max_rel, over.numel(), total,
+                          {"pct_over": pct, "max_reldiff": max_rd})
+
+
+ratio_reldiff = RatioReldiff
+
+
+def _duplicate_lines(idx) -> list:
+    """A hard-failure line when some row (last axis) of `idx` holds a non-negative index twice."""
+    ordered = idx.sort(dim=-1).values
+    twice = (ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)
+    rows = twice.any(-1).nonzero()
+    if not len(rows):
+        return []
+    first = tuple(rows[0].tolist())
+    index = int(ordered[first][1:][twice[first]][0])
+    return [f"  hard failure: {len(rows)} rows of the actual hold an index twice, first row {first} (index {index})"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TopkPairCompare:
+    """Top-k indices (last axis: the k positions, padded with -1) judged with their values output `vals_name`.
+
+    A position passes when the indices are equal, or when they differ only by a
+    tie, two values within atol + rtol * |golden value|: the actual's index sits
+    elsewhere in the golden's row with a value tied to this position's golden
+    value (tied elements in another order), or it is absent from the golden's
+    row and both this position's values tie with the golden's last selected
+    value (another element of the boundary score was picked). Hard failures:
+    padding on one side only (never a tie), an actual row holding a
+    non-negative index twice, `vals_name` missing from either side's outputs,
+    any of the four shapes differing. The values themselves are judged by their
+    own output's comparator. stats: ties (accepted), differ (rejected).
+    """
+    vals_name: str
+    rtol: float = 0.0
+    atol: float = 0.0
+
+    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+        if self.vals_name not in outputs.actual or self.vals_name not in outputs.expected:
+            return Comparison(name, False, f"output {name!r}: value output {self.vals_name!r} is missing "
+                                           f"(actual outputs: {', '.join(outputs.actual)}; "
+                                           f"golden outputs: {', '.join(outputs.expected)})")
+        a_val, e_val = outputs.actual[self.vals_name], outputs.expected[self.vals_name]
+        shapes = [tuple(t.shape) for t in (actual, expected, a_val, e_val)]
+        if len(set(shapes)) > 1 or not shapes[0]:
+            return Comparison(name, False, f"output {name!r}: needs one shape with a last axis of k positions; "
+                                           f"actual {shapes[0]}, golden {shapes[1]}, {self.vals_name!r} actual "
+                                           f"{shapes[2]}, golden {shapes[3]}")
+        a_idx, e_idx = actual.detach().long(), expected.detach().long()
+        a_val, e_val = a_val.detach().double(), e_val.detach().double()
+
+        def tied(x, y):
+            return (x - y).abs() <= self.atol + self.rtol * y.abs()
+
+        differ = a_idx != e_idx
+        padding = (a_idx == -1) != (e_idx == -1)
+        # where the actual's index sits in the golden's row, if anywhere
+        match = e_idx.unsqueeze(-2) == a_idx.unsqueeze(-1)
+        found = match.any(-1)
+        golden_there = e_val.gather(-1, match.int().argmax(-1))
+        boundary = torch.where(e_idx >= 0, e_val, float("inf")).amin(-1, keepdim=True).expand_as(e_val)
+        tie = torch.where(found, tied(golden_there, e_val), tied(a_val, e_val) & tied(e_val, boundary))
+        wrong = differ & (padding | ~tie)
+        n, m, ties = a_idx.numel(), int(wrong.sum()), int((differ & ~wrong).sum())
+        stats = {"ties": ties, "differ": m}
+        tolerance = f"(rtol={self.rtol:g}, atol={self.atol:g})"
+        hard = _duplicate_lines(a_idx)
+        if not m and not hard:
+            return Comparison(name, True, f"output {name!r}: {n} selections match the golden, {ties} of them as ties "
+                                          f"in {self.vals_name!r} {tolerance}", total=n, stats=stats)
+        lines = [f"output {name!r}: {m}/{n} selections differ from the golden and are not ties in "
+                 f"{self.vals_name!r} {tolerance}", *hard]
+        for at in wrong.nonzero()[:FIRST_MISMATCHES].tolist():
+            at = tuple(at)
+            lines.append(f"    {at}: actual index {int(a_idx[at])}, expected index {int(e_idx[at])}, actual value "
+                         f"{float(a_val[at]):.6g}, expected value {float(e_val[at]):.6g}"
+                         + (" (padding on one side only)" if padding[at] else ""))
+        return Comparison(name, False, "\n".join(lines), mismatches=m, total=n, stats=stats)
+
+
+topk_pair_compare = TopkPairCompare
+
+
+def _quotient(num: float, den: float) -> float:
+    """num / den, with 0/0 = 0 and x/0 = inf."""
+    return num / den if den else (math.inf if num else 0.0)
+
+
+def _percentile(ordered, p: float) -> float:
+    """The p-th percentile of an ascending 1-D tensor, interpolating linearly (numpy's default)."""
+    if not ordered.numel():
+        return 0.0
+    pos = p / 100 * (ordered.numel() - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return float(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorDistribution:
+    """Measures how the error is spread; judges only through `judge`, another comparator.
+
+    Over the points finite on both sides (the policy's ignore_nan drops
+    golden-NaN points; other NaN/Inf points are counted as excluded): rel_l2 =
+    ||a - e|| / ||e||, cosine similarity (1 when both sides are all 0), the
+    fraction of points whose relative error |a - e| / |e| exceeds each
+    threshold, and the given percentiles of |a - e|. With a judge, the verdict
+    and message are the judge's with the distribution appended and stats
+    merged; without one it passes with a message starting "measured only (no
+    verdict):". A shape mismatch always fails. stats: rel_l2, cosine, finite,
+    excluded, rel_err_over_<t>, abs_err_p<p>.
+    """
+    judge: object = None
+    thresholds: tuple = (1e-3, 1e-2, 1e-1)
+    percentiles: tuple = (50, 90, 99, 99.9)
+
+    def __post_init__(self):
+        if not all(0 <= p <= 100 for p in self.percentiles):
+            raise ValueError(f"percentiles must lie in 0..100, got {self.percentiles}")
+
+    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+        if failed := _shape_mismatch(name, actual, expected):
+            return failed
+        stats, line = self._measure(actual, expected, policy.ignore_nan)
+        if self.judge is None:
+            a, e = _flat(actual), _flat(expected)
+            max_abs, max_rel = _maxima((a - e).abs(), e, _considered(e, policy.ignore_nan))
+            return Comparison(name, True, f"measured only (no verdict): output {name!r}: {line}", max_abs, max_rel,
+                              total=stats["finite"], stats=stats)
+        verdict = self.judge(name, actual, expected, policy, outputs)
+        return dataclasses.replace(verdict, message=f"{verdict.message}\n  distribution: {line}",
+                                   stats={**stats, **verdict.stats})
+
+    def _measure(self, actual, expected, ignore_nan) -> tuple:
+        """(stats, one-line summary) of the error distribution."""
+        a, e = _flat(actual), _flat(expected)
+        considered = _considered(e, ignore_nan)
+        finite = considered & torch.isfinite(a) & torch.isfinite(e)
+        a, e = a[finite], e[finite]
+        diff = (a - e).abs()
+        a_norm, e_norm = float(a.norm()), float(e.norm())
+        cosine = (1.0 if a_norm == e_norm == 0 else
+                  max(-1.0, min(1.0, _quotient(float(a @ e), a_norm * e_norm))))  # rounding can pass 1
+        rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+        over = {t: float((rel > t).double().mean()) if rel.numel() else 0.0 for t in self.thresholds}
+        ordered = diff.sort().values
+        pcts = {p: _percentile(ordered, p) for p in self.percentiles}
+        stats = {"rel_l2": _quotient(float(diff.norm()), e_norm), "cosine": cosine, "finite": a.numel(),
+                 "excluded": int((considered & ~finite).sum()),
+                 **{f"rel_err_over_{t:g}": f for t, f in over.items()},
+                 **{f"abs_err_p{p:g}": v for p, v in pcts.items()}}
+        excluded = f", {stats['excluded']} NaN/Inf excluded" if stats["excluded"] else ""
+        line = (f"rel-L2 {stats['rel_l2']:.3g}, cosine {cosine:.6f}; rel err "
+                + ", ".join(f"> {t:g}: {100 * f:.3g}%" for t, f in over.items()) + "; abs err "
+                + " ".join(f"p{p:g} {v:.3g}" for p, v in pcts.items()) + f"; {a.numel()} finite points{excluded}")
+        return stats, line
+
+
+error_distribution = ErrorDistribution
