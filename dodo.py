@@ -1,7 +1,8 @@
 """doit entry point: `doit verify`, `doit verify:<case>`, `doit -n 4 verify`, `doit list`.
 
 Variables (after the task names): backend=eager|aoti, options='{"inductor config": value}',
-warmup=N, rounds=N override every case's settings.
+warmup=N, rounds=N override every case's settings; profile=NAME picks the size profile of
+kernel modules that have them ($GOLDEN_TASKS_PROFILE, default "default").
 """
 from pathlib import Path
 

@@ -12,7 +12,11 @@ _EXPORTS = {
     "KernelForm": "forms", "Artifact": "forms", "CompileError": "errors",
     "Case": "case",
     "run": "runner", "RunResult": "runner",
-    "allclose": "compare", "Comparison": "compare",
+    "allclose": "compare", "Comparison": "compare", "Sides": "compare",
+    "ratio_allclose": "compare", "RatioAllclose": "compare", "ratio_reldiff": "compare", "RatioReldiff": "compare",
+    "topk_pair_compare": "compare", "TopkPairCompare": "compare",
+    "error_distribution": "compare", "ErrorDistribution": "compare",
+    "profile": "config",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -24,7 +24,7 @@ class Case:
     keeps a bad spec from breaking the module's other cases). `kernel` and
     `golden` default to the module's `<module>` and `golden_<module>`.
     `compare` maps an output name to a comparator `(name, actual, expected,
-    policy) -> Comparison`. `inputs_from` / `golden_from` take the inputs /
+    policy, outputs) -> Comparison` (see compare.py). `inputs_from` / `golden_from` take the inputs /
     golden outputs from a data directory instead of generating them.
     """
     name: str

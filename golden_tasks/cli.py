@@ -103,11 +103,12 @@ def cmd_verify(store: Store, args) -> int:
 
 
 def _plans(project: Path, store: Store, variables=()) -> dict:
-    """The library's plans, with doit-style NAME=VALUE variables applied."""
-    from .doit_tasks import command_line_overrides, planned_library  # noqa: PLC0415
+    """The library's plans, with doit-style NAME=VALUE variables applied (profile=NAME as in doit)."""
+    from .doit_tasks import apply_profile, command_line_overrides, planned_library  # noqa: PLC0415
 
     pairs = dict(v.split("=", 1) for v in variables)
-    return planned_library(project, store, command_line_overrides(lambda name, default: pairs.get(name, default)))
+    apply_profile(pairs.get)
+    return planned_library(project, store, command_line_overrides(pairs.get))
 
 
 def _current_keys(project: Path, store: Store, variables) -> set:
@@ -241,7 +242,7 @@ def main(argv=None) -> int:
     explain_p.add_argument("target", metavar="STAGE:CASE")
     for p in (gc, explain_p):
         p.add_argument("variables", nargs="*", metavar="NAME=VALUE", type=_variable,
-                       help="doit variables of the runs to compare with (backend=eager, rounds=10, ...)")
+                       help="doit variables of the runs to compare with (backend=eager, profile=flash, ...)")
     args = parser.parse_args(argv)
     args.project = args.project.resolve()
     if args.command == "replay":

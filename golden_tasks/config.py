@@ -1,6 +1,7 @@
 """Where things live, overridable by environment variables."""
 import atexit
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -13,11 +14,26 @@ READONLY_ENV = "GOLDEN_TASKS_CACHE_READONLY"
 OVERLAY_ENV = "GOLDEN_TASKS_OVERLAY"
 THREADS_ENV = "GOLDEN_TASKS_THREADS"
 WORKERS_ENV = "GOLDEN_TASKS_WORKERS"
+PROFILE_ENV = "GOLDEN_TASKS_PROFILE"
+DEFAULT_PROFILE = "default"
 
 
 def cache_root(project: Path = None) -> Path:
     """The content-addressed store: $GOLDEN_TASKS_CACHE, else <project>/cache."""
     return Path(os.environ.get(CACHE_ENV) or (project or Path.cwd()) / "cache").resolve()
+
+
+def profile() -> str:
+    """The active size profile: $GOLDEN_TASKS_PROFILE (set by `doit ... profile=NAME`), else "default".
+
+    Kernel modules with sized profiles read it at import (`PROFILES[golden_tasks.profile()]`)
+    and reject names they do not know. Here the name is only checked to be a plain
+    word, since it names the cache directory of the plans made under it.
+    """
+    name = os.environ.get(PROFILE_ENV) or DEFAULT_PROFILE
+    if not re.fullmatch(r"\w[\w.-]*", name):
+        raise ValueError(f"profile {name!r} is not a name (letters, digits, _ . -)")
+    return name
 
 
 def readonly() -> bool:

@@ -1,18 +1,20 @@
 """Planning the kernel library without importing it in the doit parent.
 
-`load_plans` keeps one manifest per kernel module of each checkout under
-<cache>/plans/<checkout>/: the module's case plans and the digest of every project source file the plans
-depend on. A manifest is reused while those files, the toolchain and the
+`load_plans` keeps one manifest per kernel module of each checkout and profile under
+<cache>/plans/<checkout>/<profile>/: the module's case plans and the digest of every project source
+file the plans depend on. A manifest is reused while those files, the toolchain and the
 pipeline are unchanged; stale modules are planned in one subprocess
 (`python -m golden_tasks.discover`), which imports them.
 """
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import traceback
 from pathlib import Path
 
+from . import config
 from .graph import pipeline_version
 from .hashing import digest_bytes, digest_file
 from .store import Store
@@ -45,9 +47,10 @@ def _fresh(manifest: dict, digests: dict) -> bool:
 
 
 def load_plans(root: Path, store: Store) -> list:
-    """Every case's plan, in module order; a module that fails yields one error plan."""
-    # Per checkout: two checkouts sharing a cache may hold different sources.
-    plans_dir = f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}"
+    """Every case's plan under the active profile, in module order; a module that fails yields one error plan."""
+    # Per checkout: two checkouts sharing a cache may hold different sources. Per profile: the
+    # same sources plan other shapes under another profile, and switching back re-plans nothing.
+    plans_dir = f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}/{config.profile()}"
     manifests, stale, digests = {}, [], {}
     for path in kernel_modules(root):
         manifest = store.read_json(f"{plans_dir}/{path.stem}.json")
@@ -56,18 +59,21 @@ def load_plans(root: Path, store: Store) -> list:
         else:
             stale.append(path.stem)
     if stale:
-        for stem, manifest in _plan_in_subprocess(root, stale).items():
+        for stem, manifest in plan_in_subprocess(root, stale).items():
             manifest["environment"] = _environment()
             store.write_json(f"{plans_dir}/{stem}.json", manifest)
             manifests[stem] = manifest
     return [plan for path in kernel_modules(root) for plan in manifests[path.stem]["cases"]]
 
 
-def _plan_in_subprocess(root: Path, stems: list) -> dict:
+def plan_in_subprocess(root: Path, stems: list, profile: str = None) -> dict:
+    """plan_modules(root, stems), run in a fresh interpreter under `profile` (default: the active one).
+    Raises RuntimeError, with the subprocess's stderr, when it fails."""
+    env = {**os.environ, config.PROFILE_ENV: profile} if profile else None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "plans.json"
         proc = subprocess.run([sys.executable, "-m", "golden_tasks.discover", str(root), str(out), *stems],
-                              cwd=root, capture_output=True, text=True)
+                              cwd=root, env=env, capture_output=True, text=True)
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"planning the kernel library failed:\n{proc.stderr}")
         return json.loads(out.read_text())
@@ -80,7 +86,7 @@ def _import_error(stem: str, exc: BaseException) -> str:
 
 
 def plan_modules(root: Path, stems: list) -> dict:
-    """Import each module and plan its cases (runs in the subprocess)."""
+    """Import each module and plan its cases, each plan recording the profile (runs in the subprocess)."""
     import importlib  # noqa: PLC0415
 
     from .case import module_cases, plan_of  # noqa: PLC0415
@@ -117,6 +123,8 @@ def plan_modules(root: Path, stems: list) -> dict:
               if getattr(m, "__file__", None) and is_user_module(n)
               and Path(m.__file__).resolve().is_relative_to(root.resolve())}
     for entry in result.values():
+        for plan in entry["cases"]:
+            plan["profile"] = config.profile()
         if isinstance(entry["files"], set):
             entry["files"] = {f: digest_file(Path(f)) for f in sorted(entry["files"] | loaded)}
     return result

@@ -63,6 +63,14 @@ def command_line_overrides(get_var=get_var) -> dict:
     return overrides
 
 
+def apply_profile(get_var=get_var) -> None:
+    """doit variable profile=NAME: export it as $GOLDEN_TASKS_PROFILE (over any set before), for the
+    planning subprocess and the stages, in this process and the workers it forks; absent, the
+    environment is left as it is."""
+    if name := get_var("profile", None):
+        os.environ[config.PROFILE_ENV] = name
+
+
 def planned_library(root: Path, store, overrides: dict) -> dict:
     """case -> plan, with command-line overrides applied and duplicate case names made errors."""
     plans = {}
@@ -165,7 +173,8 @@ _NON_RUNNING = {"list", "info", "help", "forget", "ignore", "clean", "dumpdb", "
 def tasks_for(root: Path) -> dict:
     """The `task_*` functions for a dodo.py: `globals().update(tasks_for(root))`."""
     root = Path(root).resolve()
-    # Workers fork after this: tell them how many share the cores.
+    # Workers fork after this: tell them how many share the cores, and the profile.
+    apply_profile()
     os.environ.setdefault(config.WORKERS_ENV, str(_doit_workers(sys.argv[1:])))
     if _doit_command(sys.argv[1:]) == "run":
         parent = os.getpid()

@@ -94,6 +94,10 @@ class Fingerprinter:
             return ["module", obj.__name__]
         if isinstance(obj, functools.partial):
             return ["partial", self.token(obj.func), self.token(obj.args), self.token(obj.keywords)]
+        if isinstance(obj, property):  # computed attributes of a user class
+            return ["property", self.token(obj.fget), self.token(obj.fset), self.token(obj.fdel)]
+        if isinstance(obj, (staticmethod, classmethod)):
+            return [type(obj).__name__, self.token(obj.__func__)]
         if isinstance(obj, types.MethodType):
             return ["method", self.token(obj.__self__), self.token(obj.__func__)]
         if isinstance(obj, types.FunctionType):

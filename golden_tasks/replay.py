@@ -8,13 +8,13 @@ built by another toolchain before dispatching anything.
 """
 import dataclasses
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import cloudpickle
 
+from .config import DEFAULT_PROFILE
+from .discover import plan_in_subprocess
 from .errors import VerificationFailure
 from .fingerprint import changed_parts
 from .hashing import digest_file
@@ -87,12 +87,11 @@ def _folder(path: Path, manifest: dict, folder: str) -> dict:
 def staleness(path: Path, manifest: dict, project: Path) -> list:
     """What differs between the saved run and the case's current source, with what it means."""
     found = [f"toolchain changed: {m}" for m in toolchain_mismatches(manifest)]
-    with tempfile.TemporaryDirectory() as tmp:  # planning imports the module, in a subprocess
-        proc = subprocess.run([sys.executable, "-m", "golden_tasks.discover", str(project), f"{tmp}/plans.json",
-                               manifest["module"].rsplit(".", 1)[-1]], cwd=project, capture_output=True, text=True)
-        if proc.returncode != 0:
-            return found + [f"cannot check the source for staleness: {proc.stderr.strip().splitlines()[-1:]}"]
-        planned = json.loads(Path(f"{tmp}/plans.json").read_text())
+    try:  # planned under the saved run's profile (dirs written before profiles existed: the default)
+        planned = plan_in_subprocess(project, [manifest["module"].rsplit(".", 1)[-1]],
+                                     manifest.get("profile", DEFAULT_PROFILE))
+    except RuntimeError as exc:
+        return found + [f"cannot check the source for staleness: {str(exc).strip().splitlines()[-1]}"]
     plans = [p for m in planned.values() for p in m["cases"] if p["case"] == manifest["case"]]
     if not plans or plans[0].get("error"):
         reason = plans[0]["error"] if plans else f"{manifest['module']} no longer defines it"

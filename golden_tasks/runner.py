@@ -51,6 +51,7 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
                     options=dict(options or {}), warmup=warmup, rounds=rounds, inputs_from=inputs_from,
                     golden_from=golden_from).resolved()
         plan, _ = plan_of(case)
+        plan["profile"] = config.profile()  # as discover's plans do; the runtime dir records it
     except VerificationFailure as exc:
         plan["error"] = str(exc)
     if not plan.get("error"):

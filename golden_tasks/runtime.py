@@ -1,7 +1,7 @@
 """Runtime dirs: each verified case's latest run, self-contained and replayable.
 
     runs/<case>/
-      manifest.json        stage keys, fingerprints, toolchain, parameter table, every file's digest
+      manifest.json        stage keys, fingerprints, profile, toolchain, parameter table, every file's digest
       report.json          the validation report and timings of the run
       artifact/<file>      the compiled kernel (e.g. kernel.pt2)
       policy.pkl           the validation policy (cloudpickle)
@@ -41,13 +41,13 @@ def current_keys(plan: dict, store) -> dict:
 
 
 def is_current(plan: dict, store, case_dir: Path) -> bool:
-    """Whether case_dir holds this plan's current run, every file present, unchanged since written
-    (size and mtime: the files are hard links, so damage to a cache object shows here too)."""
+    """Whether case_dir holds this plan's current run, under its profile, every file present, unchanged
+    since written (size and mtime: the files are hard links, so damage to a cache object shows here too)."""
     try:
         manifest = json.loads((case_dir / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    if manifest.get("keys") != current_keys(plan, store):
+    if manifest.get("keys") != current_keys(plan, store) or manifest.get("profile") != plan["profile"]:
         return False
     for rel, record in records(manifest).items():
         try:
@@ -105,6 +105,7 @@ def materialize(plan: dict, store, case_dir: Path, summary: dict = None) -> Path
         "format": FORMAT,
         "case": plan["case"],
         "module": plan["module"],
+        "profile": plan["profile"],
         "keys": current_keys(plan, store),
         "fingerprints": {f: plan.get(f) for f in FINGERPRINTS},
         "toolchain": toolchain(),

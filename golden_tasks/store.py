@@ -1,10 +1,10 @@
 """Content-addressed store: immutable objects by digest, stage entries by key.
 
 Layout under the root:
-    objects/<d[:2]>/<digest>            raw bytes (tensor data, compiled artifacts)
-    entries/<stage>/<k[:2]>/<key>.json  one stage output: its objects, metadata and key recipe
-    plans/<checkout>/<module>.json      planned cases of one kernel module of one checkout
-    log/runs.jsonl                      hit/miss counts of each run
+    objects/<d[:2]>/<digest>                  raw bytes (tensor data, compiled artifacts)
+    entries/<stage>/<k[:2]>/<key>.json        one stage output: its objects, metadata and key recipe
+    plans/<checkout>/<profile>/<module>.json  planned cases of one kernel module of one checkout
+    log/runs.jsonl                            hit/miss counts of each run
 
 Every file appears by atomic rename of a fully written, fsynced temporary file,
 and an entry is written only after all of its objects, so an interrupted run

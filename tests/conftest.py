@@ -1,4 +1,4 @@
-"""Shared fixtures: every test gets its own cache and runs directory."""
+"""Shared fixtures: every test gets its own cache and runs directory, and the default profile."""
 import pytest
 
 
@@ -6,4 +6,5 @@ import pytest
 def isolated_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("GOLDEN_TASKS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("GOLDEN_TASKS_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("GOLDEN_TASKS_PROFILE", "default")  # set, so that one a test's code sets is undone
     return tmp_path

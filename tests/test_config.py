@@ -4,7 +4,7 @@ import os
 import pytest
 
 from golden_tasks import config, report
-from golden_tasks.doit_tasks import _doit_workers
+from golden_tasks.doit_tasks import _doit_workers, apply_profile
 from golden_tasks.toolchain import toolchain
 
 
@@ -31,6 +31,23 @@ def test_locations_follow_the_environment(monkeypatch, tmp_path):
     assert config.cache_root() == tmp_path / "c"
     monkeypatch.delenv(config.CACHE_ENV)
     assert config.cache_root(tmp_path) == tmp_path / "cache"
+
+
+def test_profile_follows_the_environment_and_the_doit_variable(monkeypatch):
+    import golden_tasks
+
+    monkeypatch.delenv(config.PROFILE_ENV)
+    assert config.profile() == golden_tasks.profile() == "default"
+    monkeypatch.setenv(config.PROFILE_ENV, "flash")
+    assert golden_tasks.profile() == "flash"
+    apply_profile(lambda name, default: default)  # no profile= variable: the environment stands
+    assert config.profile() == "flash"
+    apply_profile({"profile": "small"}.get)  # profile= overrides the environment
+    assert config.profile() == "small"
+    for bad in ("../x", "a/b", ".hidden"):
+        monkeypatch.setenv(config.PROFILE_ENV, bad)
+        with pytest.raises(ValueError, match="is not a name"):
+            config.profile()
 
 
 def test_toolchain_names_every_component():

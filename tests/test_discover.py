@@ -40,7 +40,7 @@ def plans(root):
 def forbid_subprocess(monkeypatch):
     def fail(*a):
         raise AssertionError("planned again although nothing changed")
-    monkeypatch.setattr(discover, "_plan_in_subprocess", fail)
+    monkeypatch.setattr(discover, "plan_in_subprocess", fail)
 
 
 def test_plan_contents(root):

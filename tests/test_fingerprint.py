@@ -1,6 +1,7 @@
 import importlib
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -98,3 +99,16 @@ def test_closures_defaults_and_values():
 def test_recursion_terminates(load):
     mod = load("def f(n):\n    return 1 if n == 0 else g(n - 1)\n\ndef g(n):\n    return f(n)\n")
     assert fingerprint(mod.f)
+
+
+def test_properties_and_static_methods_of_user_classes_are_followed(load):
+    src = ("import dataclasses\n\n@dataclasses.dataclass(frozen=True)\nclass Dims:\n    n: int\n\n"
+           "    @property\n    def padded(self):\n        return -(-self.n // 16) * 16\n\n"
+           "    @staticmethod\n    def unit():\n        return 1\n\nDIMS = Dims(5)\n\n"
+           "def kernel(x):\n    return x[:DIMS.padded] * DIMS.unit()\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing here is unknown to the fingerprinter
+        base = fingerprint(load(src).kernel)
+        assert base == fingerprint(load(src).kernel)
+        assert base != fingerprint(load(src.replace("// 16) * 16", "// 8) * 8")).kernel)
+        assert base != fingerprint(load(src.replace("return 1\n", "return 2\n")).kernel)

@@ -47,6 +47,7 @@ def test_runtime_dir_is_complete_linked_and_readable_without_the_package(project
     manifest = json.loads((case_dir / "manifest.json").read_text())
     assert set(manifest["keys"]) == {"abi", "compile", "inputs", "golden", "dispatch", "validate", "bench"}
     assert manifest["artifact"]["backend"] == "aoti" and (case_dir / "artifact" / "kernel.pt2").exists()
+    assert manifest["profile"] == "default"
     assert sorted(manifest["tensors"]) == ["data/golden/out.bin", "data/in/eps.bin", "data/in/weight.bin",
                                            "data/in/x.bin", "data/out/out.bin"]
     x = case_dir / "data" / "in" / "x.bin"
