@@ -125,7 +125,7 @@ class Fingerprinter:
 
     def _function(self, fn):
         file = inspect.getsourcefile(fn)
-        if file:
+        if file and Path(file).is_file():  # not generated code ("<string>": dataclass methods)
             self.files.add(str(Path(file).resolve()))
         code = fn.__code__
         doc = fn.__doc__

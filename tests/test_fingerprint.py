@@ -112,3 +112,11 @@ def test_properties_and_static_methods_of_user_classes_are_followed(load):
         assert base == fingerprint(load(src).kernel)
         assert base != fingerprint(load(src.replace("// 16) * 16", "// 8) * 8")).kernel)
         assert base != fingerprint(load(src.replace("return 1\n", "return 2\n")).kernel)
+
+
+def test_generated_methods_record_no_source_file(load):
+    mod = load("import dataclasses\n\n@dataclasses.dataclass\nclass P:\n    n: int\n\nDIM = P(3)\n\n"
+               "def kernel(x):\n    return x * DIM.n\n")
+    fp = Fingerprinter()
+    fp(mod.kernel)  # P.__init__ was compiled from "<string>"
+    assert {p.rsplit("/", 1)[-1] for p in fp.files} == {"mod.py"}
