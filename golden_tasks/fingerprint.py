@@ -39,6 +39,25 @@ def is_user_module(name: str) -> bool:
     return not str(Path(file).resolve()).startswith(_LIBRARY_ROOTS)
 
 
+def dumps_by_value(obj) -> bytes:
+    """cloudpickle `obj` with every loaded user module's code by value.
+
+    By reference, a function pickles to the same bytes after its module is
+    edited and runs whatever the module holds when loaded; by value, the bytes
+    carry the code they were made from (artifacts, saved policies).
+    """
+    import cloudpickle  # noqa: PLC0415
+
+    modules = [m for n, m in list(sys.modules.items()) if n != "__main__" and is_user_module(n)]
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(obj)
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
 class Fingerprinter:
     """Computes fingerprints, memoized per object, and records the user source files read."""
 

@@ -15,6 +15,7 @@ import cloudpickle
 import torch
 
 from .errors import CompileError
+from .fingerprint import dumps_by_value
 from .forms import Artifact, KernelForm
 from .specs import Param, dtype_name
 
@@ -170,7 +171,7 @@ class EagerArtifact(Artifact):
     @classmethod
     def build(cls, fn, specs, options, workdir):
         path = workdir / "kernel.pkl"
-        path.write_bytes(cloudpickle.dumps(fn))
+        path.write_bytes(dumps_by_value(fn))  # an edit to the kernel or a helper changes the artifact
         table = _table(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])
         return cls(table, {"kernel.pkl": path})
 

@@ -184,11 +184,18 @@ def compressed_decode_specs(d, ratio, seed, indexer=False):
 # writes are copies (exact) and the compressor's outputs keep their own (kernels/compressor.py).
 COMPARE = {"o_packed": ATTENTION_TOLERANCE, **COMPRESSOR_COMPARE}
 
-CASES = [
-    Case("decode_swa", specs=functools.partial(swa_specs, DIMS, 0), kernel=decode_swa, golden=golden_decode_swa,
-         compare={"o_packed": ATTENTION_TOLERANCE}, rounds=20),
-    Case("decode_hca", specs=functools.partial(compressed_decode_specs, DIMS, DIMS.hca_ratio, 0), kernel=decode_hca,
-         golden=golden_decode_hca, compare=COMPARE, rounds=20),
-    Case("decode_csa", specs=functools.partial(compressed_decode_specs, DIMS, DIMS.csa_ratio, 0, indexer=True),
-         kernel=decode_csa, golden=golden_decode_csa, compare=COMPARE, rounds=20),
-]
+def case(name: str, seed: int = 0) -> Case:
+    """Flagship case `name` with its decode step and data drawn from `seed` (the library uses 0)."""
+    specs, kernel, golden, compare = {
+        "decode_swa": (functools.partial(swa_specs, DIMS, seed), decode_swa, golden_decode_swa,
+                       {"o_packed": ATTENTION_TOLERANCE}),
+        "decode_hca": (functools.partial(compressed_decode_specs, DIMS, DIMS.hca_ratio, seed), decode_hca,
+                       golden_decode_hca, COMPARE),
+        "decode_csa": (functools.partial(compressed_decode_specs, DIMS, DIMS.csa_ratio, seed, indexer=True),
+                       decode_csa, golden_decode_csa, COMPARE),
+    }[name]
+    return Case(name, specs=specs, kernel=kernel, golden=golden, compare=compare, seed=seed, rounds=20)
+
+
+FLAGSHIPS = ("decode_swa", "decode_hca", "decode_csa")
+CASES = [case(name) for name in FLAGSHIPS]

@@ -1,3 +1,6 @@
+import importlib
+import sys
+
 import pytest
 import torch
 
@@ -67,3 +70,25 @@ def test_backends_compile_embed_the_table_and_run(tmp_path, backend):
     expected = y + 0.5 * x
     restored.load()(x, y, 0.5)
     torch.testing.assert_close(y, expected)
+
+
+def test_eager_artifact_carries_the_code_it_was_built_from(tmp_path, monkeypatch):
+    """By reference, an edited helper would pickle to the same bytes (a stale cache hit) and run new code."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = ("from golden_tasks import In, Out, jit\n\ndef helper(x):\n    return x * {factor}\n\n"
+              "@jit(backend='eager')\ndef k(x: In, out: Out):\n    out.copy_(helper(x))\n")
+    specs = [TensorSpec("x", (3,), torch.float32), TensorSpec("out", (3,), torch.float32)]
+    (tmp_path / "eagermod").mkdir()
+    built = []
+    for factor in (2, 3):  # the same module, edited and reloaded
+        (tmp_path / "eagermod" / "__init__.py").write_text(source.format(factor=factor))
+        importlib.invalidate_caches()
+        module = importlib.reload(sys.modules["eagermod"]) if "eagermod" in sys.modules else importlib.import_module("eagermod")
+        (tmp_path / f"build{factor}").mkdir()
+        built.append(module.k.compile(stamped(module.k, specs), {}, tmp_path / f"build{factor}"))
+    monkeypatch.delitem(sys.modules, "eagermod")
+    assert built[0].files["kernel.pkl"].read_bytes() != built[1].files["kernel.pkl"].read_bytes()
+    module.helper = lambda x: x * 100  # what the module holds now does not matter
+    out = torch.zeros(3)
+    built[0].load()(torch.ones(3), out)
+    assert out.tolist() == [2.0, 2.0, 2.0]

@@ -1,24 +1,15 @@
 """Validate: every output against its golden, with the case's policy.
 
-The policy is also saved (cloudpickle, the case's module by value) so that a
+The policy is also saved (cloudpickle, user code by value) so that a
 runtime dir can be re-validated without importing the kernel module.
 """
-import sys
-
-import cloudpickle
-
 from ..compare import Policy
+from ..fingerprint import dumps_by_value
 from . import Outputs, StageFailed
 
 
-def save_policy(policy: Policy, module: str, path):
-    if module in sys.modules:  # comparators defined beside the kernel travel with it
-        cloudpickle.register_pickle_by_value(sys.modules[module])
-    try:
-        path.write_bytes(cloudpickle.dumps(policy))
-    finally:
-        if module in sys.modules:
-            cloudpickle.unregister_pickle_by_value(sys.modules[module])
+def save_policy(policy: Policy, path):
+    path.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
     return path
 
 
@@ -41,4 +32,4 @@ def run(case, plan, workdir, dispatch, golden):
                           f"(outputs: {', '.join(golden.tensors)})")
     policy = Policy(case.rtol, case.atol, case.ignore_nan, case.compare)
     meta = judge(policy, dispatch.tensors, golden.tensors, plan["case"])
-    return Outputs(files={"policy.pkl": save_policy(policy, plan.get("module"), workdir / "policy.pkl")}, meta=meta)
+    return Outputs(files={"policy.pkl": save_policy(policy, workdir / "policy.pkl")}, meta=meta)
