@@ -52,7 +52,8 @@ MUTANTS = {
     "ape_row_off_by_one": ("compressor", "ape[pos % ratio]", "ape[(pos + 1) % ratio]", (HCA, CSA)),
     "overlap_pools_swapped_halves": ("compressor", "kv = torch.cat([kv[:, :ratio, :head], kv[:, ratio:, head:]], dim=1)",
                                      "kv = torch.cat([kv[:, :ratio, head:], kv[:, ratio:, :head]], dim=1)", (CSA,)),
-    "topk_missing_one_element": ("decode_attention", "ratio, DIMS.chunk, DIMS.topk,", "ratio, DIMS.chunk, DIMS.topk - 1,",
+    "topk_missing_one_element": ("decode_attention", "freqs_sin, ratio, DIMS.chunk, DIMS.topk,",
+                                 "freqs_sin, ratio, DIMS.chunk, DIMS.topk - 1,",
                                  (CSA,)),
     "indexer_scale_not_inverted": ("indexer", "q_scale = scale.reciprocal().float()", "q_scale = scale.float()", (CSA,)),
     "indexer_relu_dropped": ("indexer", "torch.relu(q_scale * dots)", "(q_scale * dots)", (CSA,)),
@@ -80,7 +81,7 @@ def test_mutant_fails_verification(project, mutant):
     module, line, bug, cases = MUTANTS[mutant]
     project.edit(module, line, bug)
     try:
-        code, results, _, err = project.doit("--continue", *[f"verify:{c}" for c in cases], "backend=eager")
+        code, results, report, err = project.doit("--continue", *[f"verify:{c}" for c in cases], "backend=eager")
     finally:
         project.restore(module)
     assert code != 0
@@ -88,4 +89,5 @@ def test_mutant_fails_verification(project, mutant):
         # the mutant ran: a crash would be caught, but says nothing about the verification
         assert results[f"dispatch:{case}"] in ("success", "up-to-date"), err
         assert results[f"validate:{case}"] == "fail", f"{mutant} survived {case}"
-        assert f"validation FAILED for {case}" in err
+        error = next(t["error"] for t in report["tasks"] if t["name"] == f"validate:{case}")
+        assert f"validation FAILED for {case}" in error
