@@ -129,11 +129,11 @@ class Scenario:
         self.kv_pool = kv_pages + kv_pages // 2  # spare pages hold stale rows of other requests
         self.kv_table = Pager(self.kv_pool, gen).table(
             d.batch, kv_width, lambda b, j: first_live[b] <= j <= (self.seq_lens[b] - 1) // bs)
-        # Compressed slots: every slot up to the request's length, pages drawn from a shared pool.
+        # Compressed slots: every slot up to the request's length, pages drawn from a shared pool
+        # sized for the longest requests (shapes must not depend on the seed: one compile serves all).
         cmp_rows = (self.seq_lens // r).tolist()
         self.cmp_width = -(-(d.max_pos + d.chunk) // r // bs)
-        needed = sum(-(-n // bs) + 1 for n in cmp_rows)
-        self.cmp_pool = needed + max(4, needed // 4)
+        self.cmp_pool = d.batch * (self.cmp_width + 1)
         self.cmp_table = Pager(self.cmp_pool, gen).table(d.batch, self.cmp_width,
                                                          lambda b, j: j * bs <= cmp_rows[b])
         # Compressor state: a ring of `ring` rows per request (the rows of one pooling window).

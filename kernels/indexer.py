@@ -97,11 +97,11 @@ def golden_index(t, i, ratio, chunk, k, cap):
     weights = (t["x"][i].double() @ t["weights_proj"].double()) * dim ** -0.5 * heads ** -0.5
     visible = min(int(t["kv_seq_lens"][r]) // ratio, (pos + 1) // ratio, cap)
     block = t["idx_kv"].shape[1]
-    scores = []
-    for slot in range(visible):
-        page, row = int(t["cmp_block_table"][r, slot // block]), slot % block
-        dots = (q_i8 @ t["idx_kv"][page, row].long()).double()
-        scores.append(float(t["idx_kv_scale"][page, row]) * float((weights * torch.relu(q_scale[:, 0] * dots)).sum()))
+    slots = torch.arange(visible)
+    pages, rows = t["cmp_block_table"][r, slots // block].long(), slots % block
+    dots = (q_i8 @ t["idx_kv"][pages, rows].long().T).double()  # [heads, visible], exact in int64
+    scores = t["idx_kv_scale"][pages, rows].double() * (weights[:, None] * torch.relu(q_scale * dots)).sum(0)
+    scores = scores.tolist()
     order = sorted(range(visible), key=lambda s: -scores[s])[:k]  # stable: ties to the older slot
     return order, [scores[s] for s in order]
 
