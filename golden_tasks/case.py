@@ -40,6 +40,7 @@ class Case:
     options: dict = dataclasses.field(default_factory=dict)
     warmup: int = 5
     rounds: int = 100
+    timeout: float = 60.0  # seconds a kernel call may take before it counts as hung
     inputs_from: str = None  # a directory with in/<name>.pt for every scalar, In and InOut (see data.py)
     golden_from: str = None  # a directory with out/<name>.pt for every Out and InOut
 
@@ -58,11 +59,13 @@ class Case:
             raise SpecError(f"case {self.name!r}: duplicate spec names {', '.join(dupes)}")
         if self.warmup < 0 or self.rounds < 1:
             raise SpecError(f"case {self.name!r}: warmup must be >= 0 and rounds >= 1")
+        if not self.timeout > 0:
+            raise SpecError(f"case {self.name!r}: timeout must be > 0 seconds, got {self.timeout!r}")
         return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs)
 
 
 # Plan fields that come from the module's source; the others (backend, options,
-# bench) may also be overridden from the command line.
+# bench, timeout) may also be overridden from the command line.
 SOURCE_FIELDS = ("params", "signature", "specs", "seed", "kernel", "golden", "policy", "data_in", "data_out")
 
 
@@ -90,6 +93,7 @@ def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
         "policy": fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan,
                       "compare": case.compare}),
         "bench": {"warmup": case.warmup, "rounds": case.rounds},
+        "timeout": case.timeout,  # in no key: it decides only whether a call is a hang
         **data,
         # not in any key: lets `golden-tasks explain` name the function or constant that changed
         "parts": {"kernel": parts(case.kernel), "golden": parts(case.golden) if case.golden is not None else {}},

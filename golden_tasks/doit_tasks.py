@@ -40,7 +40,8 @@ class Library:
 
 def command_line_overrides(get_var=get_var) -> dict:
     """Plan fields set by doit variables: backend=NAME, options=JSON (backend options,
-    merged over each case's), warmup=N, rounds=N. Each maps old value -> new."""
+    merged over each case's), warmup=N, rounds=N, timeout=SECONDS (per kernel call).
+    Each maps old value -> new."""
     overrides = {}
     if backend := get_var("backend", None):
         overrides["backend"] = lambda _: backend
@@ -60,6 +61,13 @@ def command_line_overrides(get_var=get_var) -> dict:
             bench[name] = int(value)
     if bench:
         overrides["bench"] = lambda old: {**old, **bench}
+    if (timeout := get_var("timeout", None)) is not None:
+        try:
+            seconds = float(timeout)
+            assert seconds > 0
+        except (ValueError, AssertionError):
+            raise ValueError(f"doit variable timeout={timeout!r} is not a number of seconds > 0") from None
+        overrides["timeout"] = lambda _: seconds
     return overrides
 
 

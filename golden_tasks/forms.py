@@ -56,3 +56,7 @@ class Artifact:
     def load(self):
         """A callable taking every argument positionally in spec order."""
         raise NotImplementedError
+
+    def unavailable(self) -> str:
+        """Why this machine cannot run the artifact (a missing device), or None when it can."""
+        return None

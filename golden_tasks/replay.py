@@ -13,6 +13,7 @@ from pathlib import Path
 
 import cloudpickle
 
+from .case import Case
 from .config import DEFAULT_PROFILE
 from .discover import plan_in_subprocess
 from .errors import VerificationFailure
@@ -125,8 +126,9 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
         if (Path(project or Path.cwd()) / "kernels").is_dir():
             stale = staleness(path, manifest, Path(project or Path.cwd()).resolve())
         _check_files(path, manifest)
-        plan = {"case": manifest["case"], "bench": {**manifest["bench"], **{k: v for k, v in
-                                                    (("warmup", warmup), ("rounds", rounds)) if v is not None}}}
+        plan = {"case": manifest["case"], "timeout": manifest.get("timeout", Case.timeout),
+                "bench": {**manifest["bench"], **{k: v for k, v in (("warmup", warmup), ("rounds", rounds))
+                                                  if v is not None}}}
         abi = Outputs(meta={"table": manifest["table"]})
         files = {rel.split("/", 1)[1]: path / rel for rel in manifest["artifact"]["files"]}
         compiled = Outputs(files=files, meta={k: manifest["artifact"][k] for k in ("backend", "module", "table")})
@@ -135,6 +137,8 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
         inputs = Outputs(tensors=inputs_in, meta={"scalars": scalars})
         with tempfile.TemporaryDirectory() as work:
             out = dispatch.run(None, plan, Path(work), abi, compiled, inputs)
+            if "skipped" in out.meta:
+                raise ReplayError(f"cannot replay {path} here: {out.meta['skipped']}")
             golden = _folder(path, manifest, "golden")
             policy = cloudpickle.loads((path / "policy.pkl").read_bytes())
             report = judge(policy, out.tensors, golden, manifest["case"])

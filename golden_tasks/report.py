@@ -12,7 +12,7 @@ def case_row(plan: dict, states: dict, errors: dict, store) -> dict:
     """The summary of one case from its stage states and its cached entries."""
     row = {"case": plan["case"], "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
            "max_abs": None, "kernel_us": None, "golden_us": None, "speedup": None,
-           "errors": errors}
+           "errors": errors, "skipped": None}
     if plan.get("error"):
         row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan["error"]})
         return row
@@ -22,14 +22,14 @@ def case_row(plan: dict, states: dict, errors: dict, store) -> dict:
         row["max_abs"] = validate.meta.get("max_abs")
     if golden and "golden_us" in golden.stats:
         row["golden_us"] = golden.stats["golden_us"]["median"]
-    if bench:
+    if bench and "kernel_us" in bench.stats:  # a skipped bench has none
         row["kernel_us"] = bench.stats["kernel_us"]["median"]
     if row["kernel_us"] and row["golden_us"]:
         row["speedup"] = row["golden_us"] / row["kernel_us"]
     if errors or FAILED in row["stages"].values():
         row["status"] = "FAIL"
     elif validate and validate.meta.get("status") == "skipped":
-        row["status"] = "SKIPPED"
+        row.update(status="SKIPPED", skipped=validate.meta.get("reason"))
     elif validate and bench:
         row["status"] = "PASS"
     else:
@@ -64,6 +64,7 @@ def format_table(rows: list) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [f"{r['case']}: SKIPPED: {r['skipped']}" for r in rows if r["skipped"]]
     return "\n".join(lines)
 
 

@@ -27,14 +27,15 @@ class RunResult:
 
 
 def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None, ignore_nan=False,
-        seed=0, backend=None, options=None, warmup=5, rounds=100, inputs_from=None, golden_from=None,
-        cache_dir=None, runs_dir=None) -> RunResult:
+        seed=0, backend=None, options=None, warmup=5, rounds=100, timeout=60.0, inputs_from=None,
+        golden_from=None, cache_dir=None, runs_dir=None) -> RunResult:
     """Verify one kernel through every stage, reusing and filling the cache.
 
     `fn` is a kernel form (a `@golden_tasks.jit` function); `specs` a list of
     TensorSpec/ScalarSpec in parameter order (or a callable returning one).
     `inputs_from` / `golden_from`: data directories to read inputs (in/<name>.pt)
     / golden outputs (out/<name>.pt) from instead of generating them.
+    `timeout`: seconds one kernel call may take before it fails as hung.
     Setup errors (ABI mismatch, bad specs, compile errors) and validation
     mismatches come back as a failed RunResult with a precise message.
     """
@@ -48,8 +49,8 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
     try:
         case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, rtol=rtol, atol=atol,
                     compare=dict(compare or {}), ignore_nan=ignore_nan, seed=seed, backend=backend,
-                    options=dict(options or {}), warmup=warmup, rounds=rounds, inputs_from=inputs_from,
-                    golden_from=golden_from).resolved()
+                    options=dict(options or {}), warmup=warmup, rounds=rounds, timeout=timeout,
+                    inputs_from=inputs_from, golden_from=golden_from).resolved()
         plan, _ = plan_of(case)
         plan["profile"] = config.profile()  # as discover's plans do; the runtime dir records it
     except VerificationFailure as exc:
@@ -77,8 +78,9 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
                            for s in ("bench", "golden"))
     return RunResult(
         passed=row["status"] == "PASS",
-        error="\n".join(row["errors"].values()) or (row["status"] if row["status"] != "PASS" else None),
+        error="\n".join(row["errors"].values()) or (f"SKIPPED: {row['skipped']}" if row["skipped"] else None)
+        or (row["status"] if row["status"] != "PASS" else None),
         case=case_name, stages=row["stages"], timings=timings, work_dir=work_dir,
-        bench=bench.stats["kernel_us"] if bench else {},
+        bench=bench.stats.get("kernel_us", {}) if bench else {},
         golden_bench=golden_entry.stats.get("golden_us", {}) if golden_entry else {},
         report=row)

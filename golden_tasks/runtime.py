@@ -112,6 +112,7 @@ def materialize(plan: dict, store, case_dir: Path, summary: dict = None) -> Path
         "pipeline": graph.pipeline_version(),
         "table": entries["abi"].meta["table"],
         "bench": plan["bench"],
+        "timeout": plan["timeout"],
         "artifact": {"backend": compiled.meta["backend"], "module": compiled.meta["module"],
                      "table": compiled.meta["table"],
                      "files": {f"artifact/{n}": {"digest": r["digest"], "nbytes": r["nbytes"]}

@@ -1,9 +1,10 @@
-"""What the machine contributes to every output: interpreter, torch, C++ compiler, CPU ISA.
+"""What the machine contributes to every output: interpreter, torch, C++ compiler, CPU ISA, GPUs.
 
-Read without importing torch (package metadata, `c++ --version`, /proc/cpuinfo),
-so the doit parent process can compute keys cheaply.
+Read without importing torch (package metadata, `c++ --version`, /proc/cpuinfo,
+/dev/nvidia*), so the doit parent process can compute keys cheaply.
 """
 import functools
+import glob
 import importlib.metadata
 import os
 import platform
@@ -33,6 +34,12 @@ def _cpu_flags() -> str:
     return "unknown"
 
 
+def _gpus() -> str:
+    """NVIDIA devices present (and the visibility mask): a CUDA kernel skipped on a machine
+    without one must run, not hit that cache entry, on a machine with one."""
+    return f"{len(glob.glob('/dev/nvidia[0-9]*'))} visible={os.environ.get('CUDA_VISIBLE_DEVICES', 'all')}"
+
+
 @functools.cache
 def toolchain() -> dict:
     """The toolchain components that enter every stage key."""
@@ -41,4 +48,5 @@ def toolchain() -> dict:
         "torch": importlib.metadata.version("torch"),
         "cxx": _compiler(),
         "isa": f"{platform.machine()}:{_cpu_flags()}",
+        "gpus": _gpus(),
     }

@@ -56,10 +56,10 @@ MUTANTS = {
                                  "freqs_sin, ratio, DIMS.chunk, DIMS.topk - 1,",
                                  (CSA,)),
     "indexer_scale_not_inverted": ("indexer", "q_scale = scale.reciprocal().float()", "q_scale = scale.float()", (CSA,)),
-    "indexer_relu_dropped": ("indexer", "torch.relu(q_scale * dots)", "(q_scale * dots)", (CSA,)),
-    "indexer_sees_future_rows": ("indexer",
-                                 "torch.minimum(torch.minimum(seq_lens[req].long() // ratio, (pos + 1) // ratio),",
-                                 "torch.minimum(seq_lens[req].long() // ratio,", (CSA,)),
+    "indexer_relu_dropped": ("indexer", "weights[..., None] * torch.relu(q_scale * dots)",
+                             "weights[..., None] * (q_scale * dots)", (CSA,)),
+    "indexer_cache_read_unpaged": ("indexer", "rows = torch.where(page >= 0, page * block + j % block, 0)",
+                                   "rows = torch.where(page >= 0, j, 0)", (CSA,)),
 }
 
 

@@ -24,7 +24,7 @@ SPECS = [TensorSpec("x", (3, 4), torch.float32, torch.randn), TensorSpec("total"
 CASE = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc).resolved()
 PLAN = {"case": "acc", "seed": 3, "params": acc.params(), "backend": None, "options": {},
         "signature": [{"name": s.name, "kind": s.kind, "shape": list(s.shape), "dtype": str(s.dtype)[6:]}
-                      for s in SPECS], "bench": {"warmup": 1, "rounds": 2}}
+                      for s in SPECS], "bench": {"warmup": 1, "rounds": 2}, "timeout": 60.0}
 
 
 @pytest.fixture

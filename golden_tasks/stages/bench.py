@@ -1,10 +1,11 @@
-"""Bench: warmup then timed rounds of the kernel on the cached inputs.
+"""Bench: warmup then timed rounds of the kernel on the cached inputs, in a child process.
 
 Runs after validate: rounds mutate Out/InOut buffers in place.
 """
 import statistics
 import time
 
+from .. import isolate
 from . import Outputs, kernel_args
 from .dispatch import load_checked
 
@@ -22,7 +23,19 @@ def measure(call, warmup: int, rounds: int) -> dict:
             "max": max(times), "rounds": rounds, "warmup": warmup}
 
 
+def measure_kernel(artifact, args: list, bench: dict) -> dict:
+    """Runs in the child: load the artifact there and time it."""
+    kernel = artifact.load()
+    return measure(lambda: kernel(*args), **bench)
+
+
 def run(case, plan, workdir, abi, compile, inputs):
-    kernel = load_checked(compile, abi).load()
+    artifact = load_checked(compile, abi)
+    if reason := artifact.unavailable():
+        return Outputs(meta={"skipped": reason})
     args = kernel_args(abi.meta["table"], inputs)
-    return Outputs(stats={"kernel_us": measure(lambda: kernel(*args), **plan["bench"])})
+    calls = plan["bench"]["warmup"] + plan["bench"]["rounds"]
+    # each call may take up to the case's timeout, plus one for loading
+    stats = isolate.call(measure_kernel, (artifact, args, plan["bench"]), plan["timeout"] * (calls + 1),
+                         f"the benchmark of {plan['case']}")
+    return Outputs(stats={"kernel_us": stats})

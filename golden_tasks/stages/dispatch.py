@@ -1,4 +1,11 @@
-"""Dispatch: run the compiled artifact once on fresh copies of the inputs."""
+"""Dispatch: run the compiled artifact once on fresh copies of the inputs, in a child process.
+
+A crash or a hang fails this stage only (golden_tasks.isolate); outputs come
+back through shared memory between canary guards, so an out-of-bounds write
+that does not crash is caught too. An artifact this machine cannot run (a CUDA
+kernel without a GPU) is skipped with the reason, never passed.
+"""
+from .. import isolate
 from ..forms import Artifact
 from . import Outputs, StageFailed, kernel_args
 
@@ -14,10 +21,25 @@ def load_checked(compiled, abi) -> Artifact:
     return artifact
 
 
+def call_kernel(artifact: Artifact, args: list) -> None:
+    """Runs in the child: load the artifact there and call it once."""
+    artifact.load()(*args)
+
+
 def run(case, plan, workdir, abi, compile, inputs):
     table = abi.meta["table"]
-    kernel = load_checked(compile, abi).load()
+    artifact = load_checked(compile, abi)
+    if reason := artifact.unavailable():
+        return Outputs(meta={"skipped": reason})
     args = kernel_args(table, inputs)
-    kernel(*args)
-    return Outputs(tensors={row["name"]: arg for row, arg in zip(table, args)
-                            if row["kind"] == "tensor" and row["direction"] != "in"})
+    guarded = {i: isolate.Guarded(row["name"], args[i]) for i, row in enumerate(table)
+               if row["kind"] == "tensor" and row["direction"] != "in"}
+    for i, g in guarded.items():
+        args[i] = g.tensor
+    isolate.call(call_kernel, (artifact, args), plan["timeout"], f"the kernel of {plan['case']}")
+    clobbered = [f"{g.name} ({side})" for g in guarded.values() for side in g.clobbered()]
+    if clobbered:
+        raise StageFailed(f"the kernel of {plan['case']} wrote outside its outputs: the guard region "
+                          f"{' and '.join(f'{c}' for c in clobbered)} lost its canary "
+                          "(before: below the first element, after: past the last)")
+    return Outputs(tensors={g.name: g.tensor.clone() for g in guarded.values()})

@@ -1,0 +1,105 @@
+"""Kernel calls in a child process: a crash or a hang fails one stage, never the run.
+
+Children fork from a forkserver that imported torch once, so each call costs
+a fork, not an interpreter start. Tensors cross in shared memory: the kernel
+writes its outputs where the parent reads them. Output buffers sit between
+two guard regions filled with a canary; a kernel that writes past either end
+without crashing clobbers one, and the call fails naming the tensor and side.
+"""
+import contextlib
+import multiprocessing
+import signal
+import sys
+import traceback
+
+import torch
+import torch.multiprocessing  # noqa: F401 -- registers shared-memory pickling of tensors
+
+from .errors import StageFailed
+
+GUARD_BYTES = 4096  # a page each side; keeps the output 4 KiB-aligned like a fresh allocation
+CANARY = bytes.fromhex("deadbeef") * (GUARD_BYTES // 4)
+_PRELOAD = ["golden_tasks._forkserver", "golden_tasks.isolate"]
+
+
+def _context():
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+class Guarded:
+    """A tensor in shared memory between two canary-filled guard regions."""
+
+    def __init__(self, name: str, like: torch.Tensor):
+        self.name = name
+        nbytes = like.numel() * like.element_size()
+        self.buffer = torch.empty(nbytes + 2 * GUARD_BYTES, dtype=torch.uint8).share_memory_()
+        canary = torch.frombuffer(bytearray(CANARY), dtype=torch.uint8)
+        self.buffer[:GUARD_BYTES] = canary
+        self.buffer[GUARD_BYTES + nbytes:] = canary
+        self.tensor = self.buffer[GUARD_BYTES:GUARD_BYTES + nbytes].view(like.dtype).view(like.shape)
+        self.tensor.copy_(like)
+
+    def clobbered(self) -> list:
+        """The sides whose canary changed: "before" and/or "after" the tensor."""
+        sides = (("before", self.buffer[:GUARD_BYTES]), ("after", self.buffer[-GUARD_BYTES:]))
+        return [side for side, guard in sides if bytes(guard.numpy()) != CANARY]
+
+
+def _child(target, args, conn):
+    try:
+        conn.send((True, target(*args)))
+    except BaseException as exc:  # reported by the parent as the stage's failure
+        conn.send((False, "".join(traceback.format_exception(exc)).rstrip()))
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _main_not_reimported():
+    """multiprocessing re-imports a script's __main__ in every child, running its top-level
+    code (a script that calls golden_tasks.run() unguarded would recurse); the children
+    need nothing from it (kernels travel by value), so hide it while one starts."""
+    main = sys.modules["__main__"]
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None  # multiprocessing reads it unconditionally
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+
+
+def call(target, args: tuple, timeout: float, what: str):
+    """target(*args) in a child process; its return value, or StageFailed on a crash,
+    a hang past `timeout` seconds, or an exception (named `what` in the message)."""
+    ctx = _context()
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child, args=(target, args, send), daemon=True)
+    with _main_not_reimported():
+        child.start()
+    send.close()
+    try:
+        if not receive.poll(timeout):
+            child.kill()
+            raise StageFailed(f"{what} hung: no result after {timeout:g} s (the case's timeout); "
+                              "its process was killed")
+        try:
+            ok, value = receive.recv()
+        except EOFError:  # the child died before answering
+            child.join()
+            raise StageFailed(f"{what} crashed: {_death(child.exitcode)}") from None
+    finally:
+        receive.close()
+        child.join()
+    if not ok:
+        raise StageFailed(f"{what} raised:\n{value}")
+    return value
+
+
+def _death(exitcode: int) -> str:
+    if exitcode is not None and exitcode < 0:
+        sig = signal.Signals(-exitcode)
+        return f"killed by signal {sig.name} ({-exitcode}: {signal.strsignal(sig)})"
+    return f"its process exited with code {exitcode} without a result"

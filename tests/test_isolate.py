@@ -1,0 +1,172 @@
+"""Kernel calls run isolated: a crash, a hang, an out-of-bounds write or a missing device fails
+(or skips) one case with a precise message, and every other case is still verified."""
+import subprocess
+import sys
+
+import torch
+from project import Project
+
+import golden_tasks
+from golden_tasks import In, Out, TensorSpec, jit
+from golden_tasks.forms import Artifact, KernelForm
+from golden_tasks.isolate import GUARD_BYTES, Guarded
+
+# The misbehaviour is data dependent (x > 0) so that compile-time checks, which run the
+# body on fakes or zeros, never trigger it; dispatch runs it on x = 1.
+MISBEHAVING = '''
+import ctypes
+import os
+import time
+
+import torch
+
+from golden_tasks import Case, In, Out, TensorSpec, jit
+
+
+def golden(t):
+    t["out"].copy_(t["x"] * 2)
+
+
+@jit(backend="eager")
+def segfault(x: In, out: Out):
+    out.copy_(x * 2)
+    if bool(x[0] > 0):
+        ctypes.string_at(0)
+
+
+@jit(backend="eager")
+def aborts(x: In, out: Out):
+    out.copy_(x * 2)
+    if bool(x[0] > 0):
+        os.abort()
+
+
+@jit(backend="eager")
+def hangs(x: In, out: Out):
+    out.copy_(x * 2)
+    while bool(x[0] > 0):
+        time.sleep(0.1)
+
+
+@jit(backend="eager")
+def writes_past_end(x: In, out: Out):
+    out.copy_(x * 2)
+    if bool(x[0] > 0):
+        ctypes.memset(out.data_ptr() + out.numel() * out.element_size(), 0, 4)
+
+
+@jit(backend="eager")
+def writes_before_start(x: In, out: Out):
+    out.copy_(x * 2)
+    if bool(x[0] > 0):
+        ctypes.memset(out.data_ptr() - 4, 0, 4)
+
+
+@jit(backend="eager")
+def raises(x: In, out: Out):
+    out.copy_(x * 2)
+    if bool(x[0] > 0):
+        raise ValueError("boom")
+
+
+SPECS = [TensorSpec("x", (16,), torch.float32, init_value=1.0), TensorSpec("out", (16,), torch.float32)]
+CASES = [Case(k.name, specs=SPECS, kernel=k, golden=golden, timeout=3)
+         for k in (segfault, aborts, hangs, writes_past_end, writes_before_start, raises)]
+'''
+
+EXPECTED = {
+    "segfault": "the kernel of segfault crashed: killed by signal SIGSEGV (11: Segmentation fault)",
+    "aborts": "the kernel of aborts crashed: killed by signal SIGABRT (6: Aborted)",
+    "hangs": "the kernel of hangs hung: no result after 3 s (the case's timeout); its process was killed",
+    "writes_past_end": "the guard region out (after) lost its canary",
+    "writes_before_start": "the guard region out (before) lost its canary",
+    "raises": "ValueError: boom",
+}
+
+
+def test_guard_regions_report_the_clobbered_side():
+    g = Guarded("out", torch.arange(8, dtype=torch.float32))
+    assert g.tensor.data_ptr() % 64 == 0 and g.clobbered() == []
+    assert torch.equal(g.tensor, torch.arange(8, dtype=torch.float32))
+    g.buffer[GUARD_BYTES - 1] = 0
+    assert g.clobbered() == ["before"]
+    g.buffer[GUARD_BYTES + 8 * 4] = 0
+    assert g.clobbered() == ["before", "after"]
+
+
+def test_misbehaving_kernels_fail_and_the_rest_of_the_run_passes(tmp_path):
+    proj = Project(tmp_path / "p", ("rms_norm",))
+    (proj.path / "kernels" / "misbehaving.py").write_text(MISBEHAVING)
+    code, results, report, err = proj.doit("-n", "2", "--continue", "verify")
+    assert code != 0
+    errors = {t["name"]: t.get("error") or "" for t in report["tasks"]}
+    assert results["validate:rms_norm"] == "success" and results["bench:rms_norm"] == "success", err
+    for case, message in EXPECTED.items():
+        assert results[f"dispatch:{case}"] == "fail", case
+        assert message in errors[f"dispatch:{case}"], errors[f"dispatch:{case}"]
+    assert "Traceback" not in errors["dispatch:segfault"]
+
+
+def test_timeout_is_a_doit_variable(tmp_path):
+    proj = Project(tmp_path / "p", ())
+    (proj.path / "kernels" / "misbehaving.py").write_text(MISBEHAVING)
+    code, _, report, _ = proj.doit("dispatch:hangs", "timeout=1.5")
+    error = next(t["error"] for t in report["tasks"] if t["name"] == "dispatch:hangs")
+    assert code != 0 and "no result after 1.5 s" in error
+
+
+class _Offline(Artifact):
+    """An artifact for a device this machine does not have."""
+    backend = "test-offline"
+
+    def load(self):
+        raise AssertionError("never loaded without its device")
+
+    def unavailable(self):
+        return "no test accelerator on this machine"
+
+
+class _OfflineKernel(KernelForm):
+    name = "offline"
+
+    def params(self):
+        return [{"name": "x", "kind": "tensor", "direction": "in"},
+                {"name": "out", "kind": "tensor", "direction": "out"}]
+
+    def compile(self, specs, options, workdir):
+        return _Offline([{"name": s.name, "kind": "tensor", "direction": s.direction, "shape": list(s.shape),
+                          "dtype": "float32"} for s in specs], {})
+
+
+def test_an_artifact_without_its_device_is_skipped_with_the_reason_never_passed(tmp_path):
+    specs = [TensorSpec("x", (4,), torch.float32), TensorSpec("out", (4,), torch.float32)]
+    result = golden_tasks.run(_OfflineKernel(), specs, lambda t: t["out"].copy_(t["x"]), runs_dir=tmp_path)
+    assert not result.passed and result.report["status"] == "SKIPPED"
+    assert result.error == "SKIPPED: no test accelerator on this machine"
+    assert result.stages["dispatch"] == "ran" and result.stages["bench"] == "ran" and result.bench == {}
+
+
+@jit(backend="eager")
+def _double(x: In, out: Out):
+    out.copy_(x * 2)
+
+
+def test_isolated_dispatch_returns_the_outputs(tmp_path):
+    specs = [TensorSpec("x", (1000,), torch.float32, init_value=torch.randn), TensorSpec("out", (1000,), torch.float32)]
+    result = golden_tasks.run(_double, specs, lambda t: t["out"].copy_(t["x"] * 2), runs_dir=tmp_path, rounds=3)
+    assert result.passed, result.error
+    assert result.bench["rounds"] == 3
+
+
+def test_an_unguarded_script_calling_run_is_not_reimported_by_the_children(tmp_path):
+    script = tmp_path / "verify_double.py"
+    script.write_text(
+        "import torch\nimport golden_tasks\nfrom golden_tasks import In, Out, TensorSpec, jit\n\n"
+        "print('script body ran')\n\n"
+        "@jit(backend='eager')\ndef double(x: In, out: Out):\n    out.copy_(x * 2)\n\n"
+        "specs = [TensorSpec('x', (8,), torch.float32, init_value=torch.randn), TensorSpec('out', (8,), torch.float32)]\n"
+        "result = golden_tasks.run(double, specs, lambda t: t['out'].copy_(t['x'] * 2), rounds=2)\n"
+        "print('passed' if result.passed else result.error)\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["script body ran", "passed"]
