@@ -186,7 +186,8 @@ def declared_params(fn, typed=False) -> list:
     for p in inspect.signature(fn, eval_str=True).parameters.values():
         marker = p.annotation
         if not isinstance(marker, Param) or typed and marker.dtype is None:
-            need = "a typed annotation such as In[torch.float32]" if typed else "an In, Out, InOut or Scalar annotation"
+            need = ("a typed annotation such as In[torch.float32]" if typed
+                    else "an In, Out, InOut or Scalar annotation")
             raise TypeError(f"kernel {fn.__name__}: parameter {p.name!r} needs {need}, got {marker!r}")
         rows.append({"name": p.name, "kind": marker.kind, "direction": marker.direction}
                     | ({"dtype": marker.dtype} if marker.dtype else {}))
