@@ -4,11 +4,13 @@ Names are imported lazily so that `import golden_tasks` (as the doit parent
 process does) never imports torch.
 """
 import importlib
+import sys
+import types
 
 _EXPORTS = {
     "In": "specs", "Out": "specs", "InOut": "specs", "Scalar": "specs",
     "TensorSpec": "specs", "ScalarSpec": "specs", "SpecError": "errors",
-    "jit": "jit", "JitKernel": "jit",
+    "jit": "jit", "JitKernel": "jit", "cpp": "cpp", "CppKernel": "cpp",
     "KernelForm": "forms", "Artifact": "forms", "CompileError": "errors",
     "Case": "case",
     "run": "runner", "RunResult": "runner",
@@ -28,3 +30,16 @@ def __getattr__(name):
     value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     globals()[name] = value
     return value
+
+
+class _Package(types.ModuleType):
+    """Importing a submodule binds it as a package attribute, but `jit` and `cpp` name both a
+    submodule and its decorator: the decorator wins, whichever is imported first."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -50,7 +50,7 @@ class Case:
         kernel = self.kernel if self.kernel is not None else getattr(module, short, None)
         golden = self.golden if self.golden is not None else getattr(module, f"golden_{short}", None)
         if not isinstance(kernel, KernelForm):
-            raise SpecError(f"case {self.name!r}: no kernel (expected a @jit function "
+            raise SpecError(f"case {self.name!r}: no kernel (expected a @jit or @cpp function "
                             f"{short!r} in the module or kernel=...)")
         specs = list(self.specs() if callable(self.specs) else self.specs)
         names = [s.name for s in specs]

@@ -7,6 +7,11 @@ constants, tensors. Library code (stdlib, site-packages, golden_tasks itself) is
 identified by name only; its version enters the keys through the toolchain and
 the pipeline's code version.
 
+An object whose class defines `__fingerprint__(self, fingerprinter)` supplies its
+own JSON-able token (a dict names its parts for `explain`) and adds the source
+files it read to `fingerprinter.files`, so that editing them re-plans: kernels
+written in other languages.
+
 An object that cannot be fingerprinted faithfully gets a fresh random token, so
 everything depending on it recomputes: when in doubt, recompute.
 """
@@ -101,6 +106,8 @@ class Fingerprinter:
     def _compound(self, obj):
         import torch  # noqa: PLC0415 -- fingerprinting runs in workers, never in the doit parent
 
+        if hasattr(type(obj), "__fingerprint__"):
+            return ["custom", self._library_name(type(obj)), self.token(obj.__fingerprint__(self))]
         if isinstance(obj, torch.Tensor):
             data = obj.detach().cpu().contiguous()
             raw = data.reshape(-1).view(torch.uint8).numpy() if data.numel() else b""
@@ -184,8 +191,13 @@ class Fingerprinter:
 
 def parts(obj) -> dict:
     """Named digests of what makes up a function's fingerprint: its body, and each
-    global it reaches (helpers, constants). Lets `explain` name what changed."""
+    global it reaches (helpers, constants), or the parts a `__fingerprint__` dict names.
+    Lets `explain` name what changed."""
     fp = Fingerprinter()
+    if hasattr(type(obj), "__fingerprint__"):
+        token = obj.__fingerprint__(fp)
+        named = token if isinstance(token, dict) else {"value": token}
+        return {str(k): digest_json(t) for k, t in named.items()}
     fn = getattr(obj, "fn", obj)  # a kernel form wraps its function
     token = fp.token(fn)
     if not (isinstance(token, list) and token and token[0] == "function"):

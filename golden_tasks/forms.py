@@ -17,11 +17,14 @@ class KernelForm:
     name: str
 
     def params(self) -> list:
-        """The declared parameter table: [{"name", "kind", "direction"}] in order."""
+        """The declared parameter table: [{"name", "kind", "direction"}] in order; a row may
+        also declare "dtype" and "shape", which the ABI stage then checks."""
         raise NotImplementedError
 
     def compile(self, specs: list, options: dict, workdir: Path) -> "Artifact":
-        """Build an artifact specialised to `specs` (stamped) in `workdir`."""
+        """Build an artifact specialised to `specs` (stamped) in `workdir`. `options` is the
+        case's options dict as is (command-line overrides merged), plus "backend": the chosen
+        backend or None."""
         raise NotImplementedError
 
 

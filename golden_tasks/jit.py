@@ -6,7 +6,6 @@ AOTInductor into a `.pt2` package, the default) or `eager` (no code
 generation, for debugging). Scalars are specialised into the artifact as
 constants; their values are part of the compile key.
 """
-import inspect
 import os
 import tempfile
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch
 from .errors import CompileError
 from .fingerprint import dumps_by_value
 from .forms import Artifact, KernelForm
-from .specs import Param, dtype_name
+from .specs import declared_params, dtype_name, table_of
 
 DEFAULT_BACKEND = "aoti"
 
@@ -28,7 +27,7 @@ class JitKernel(KernelForm):
         self.name = fn.__name__
         self.backend = backend
         self.options = dict(options or {})
-        self._params = _declared_params(fn)
+        self._params = declared_params(fn)
 
     def __call__(self, *args):
         return self.fn(*args)
@@ -45,7 +44,7 @@ class JitKernel(KernelForm):
             raise CompileError(f"kernel {self.name}: unknown backend {backend!r} "
                                f"(known: {', '.join(sorted(Artifact.registry))})")
         _check_writes(self.fn, self.name, specs)
-        merged = {**self.options, **options.get("inductor", {})}
+        merged = {**self.options, **{k: v for k, v in options.items() if k != "backend"}}
         return Artifact.registry[backend].build(self.fn, specs, merged, Path(workdir))
 
 
@@ -54,16 +53,6 @@ def jit(fn=None, *, backend=None, options=None):
     if fn is None:
         return lambda f: JitKernel(f, backend, options)
     return JitKernel(fn, backend, options)
-
-
-def _declared_params(fn) -> list:
-    rows = []
-    for p in inspect.signature(fn, eval_str=True).parameters.values():
-        if not isinstance(p.annotation, Param):
-            raise TypeError(f"kernel {fn.__name__}: parameter {p.name!r} needs an In, Out, InOut "
-                            f"or Scalar annotation, got {p.annotation!r}")
-        rows.append({"name": p.name, "kind": p.annotation.kind, "direction": p.annotation.direction})
-    return rows
 
 
 def _args(specs, tensor_for):
@@ -99,16 +88,6 @@ def _check_writes(fn, name, specs):
             raise CompileError(f"kernel {name}: writes its In parameter {spec.name!r}")
         if spec.direction == "out" and not w:
             raise CompileError(f"kernel {name}: never writes its Out parameter {spec.name!r}")
-
-
-def _table(specs, tensor_meta) -> list:
-    """Parameter table rows; tensor shapes and dtypes come from `tensor_meta` (the artifact)."""
-    rows, metas = [], iter(tensor_meta)
-    for s in specs:
-        shape, dtype = next(metas) if s.kind == "tensor" else ((), dtype_name(s.dtype))
-        rows.append({"name": s.name, "kind": s.kind, "direction": s.direction,
-                     "shape": list(shape), "dtype": dtype})
-    return rows
 
 
 class _Call(torch.nn.Module):
@@ -153,7 +132,7 @@ class AotiArtifact(Artifact):
             raise CompileError(f"AOTInductor failed for {fn.__name__}: {type(exc).__name__}: {exc}") from exc
         user_inputs = set(program.graph_signature.user_inputs)
         metas = [n.meta["val"] for n in program.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
-        table = _table(specs, [(tuple(m.shape), dtype_name(m.dtype)) for m in metas])
+        table = table_of(specs, [(tuple(m.shape), dtype_name(m.dtype)) for m in metas])
         return cls(table, {"kernel.pt2": path})
 
     def load(self):
@@ -172,7 +151,7 @@ class EagerArtifact(Artifact):
     def build(cls, fn, specs, options, workdir):
         path = workdir / "kernel.pkl"
         path.write_bytes(dumps_by_value(fn))  # an edit to the kernel or a helper changes the artifact
-        table = _table(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])
+        table = table_of(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])
         return cls(table, {"kernel.pkl": path})
 
     def load(self):

@@ -5,6 +5,7 @@ Scalar), and the ABI stage stamps it onto the specs. Reading `is_input` /
 `is_output` before stamping raises rather than guessing.
 """
 import dataclasses
+import inspect
 import math
 
 import torch
@@ -14,12 +15,22 @@ from .errors import SpecError
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """Annotation marker for a kernel parameter: its kind and direction."""
+    """Annotation marker for a kernel parameter: its kind, direction and, once typed, dtype name."""
     kind: str  # "tensor" | "scalar"
     direction: str  # "in" | "out" | "inout"
+    dtype: str = None
+
+    def __getitem__(self, dtype):
+        """The marker typed with `dtype`: `In[torch.float32]`, `Scalar[torch.int64]`."""
+        name = dtype_name(dtype) if isinstance(dtype, torch.dtype) else None
+        if name is None or self.kind == "scalar" and name not in SCALAR_DTYPES:
+            allowed = f"one of {', '.join(SCALAR_DTYPES)}" if self.kind == "scalar" else "a torch.dtype"
+            raise TypeError(f"{self!r}[...] takes {allowed}, got {dtype!r}")
+        return dataclasses.replace(self, dtype=name)
 
     def __repr__(self):
-        return {"in": "In", "out": "Out", "inout": "InOut"}[self.direction] if self.kind == "tensor" else "Scalar"
+        marker = {"in": "In", "out": "Out", "inout": "InOut"}[self.direction] if self.kind == "tensor" else "Scalar"
+        return f"{marker}[{self.dtype}]" if self.dtype else marker
 
 
 In = Param("tensor", "in")
@@ -166,6 +177,31 @@ class ScalarSpec(_Stampable):
     def tensor(self) -> torch.Tensor:
         """The value as a 0-dim tensor of the scalar's dtype."""
         return torch.tensor(self.value, dtype=self.dtype)
+
+
+def declared_params(fn, typed=False) -> list:
+    """The parameter table `fn`'s annotations declare: {"name", "kind", "direction"} rows, plus
+    "dtype" for typed markers (the ABI stage checks it). `typed`: every marker must carry a dtype."""
+    rows = []
+    for p in inspect.signature(fn, eval_str=True).parameters.values():
+        marker = p.annotation
+        if not isinstance(marker, Param) or typed and marker.dtype is None:
+            need = ("a typed annotation such as In[torch.float32]" if typed
+                    else "an In, Out, InOut or Scalar annotation")
+            raise TypeError(f"kernel {fn.__name__}: parameter {p.name!r} needs {need}, got {marker!r}")
+        rows.append({"name": p.name, "kind": marker.kind, "direction": marker.direction}
+                    | ({"dtype": marker.dtype} if marker.dtype else {}))
+    return rows
+
+
+def table_of(specs, tensor_meta) -> list:
+    """An artifact's parameter table rows; tensor (shape, dtype name) pairs come from `tensor_meta`, in order."""
+    rows, metas = [], iter(tensor_meta)
+    for s in specs:
+        shape, dtype = next(metas) if s.kind == "tensor" else ((), dtype_name(s.dtype))
+        rows.append({"name": s.name, "kind": s.kind, "direction": s.direction,
+                     "shape": list(shape), "dtype": dtype})
+    return rows
 
 
 def signature_of(spec) -> dict:

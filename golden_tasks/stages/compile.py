@@ -6,7 +6,7 @@ from . import Outputs, StageFailed
 
 def run(case, plan, workdir, abi):
     specs = stamp_all(case.specs, abi.meta["table"])
-    options = {"backend": plan["backend"], "inductor": plan["options"]}
+    options = {**plan["options"], "backend": plan["backend"]}
     try:
         artifact = case.kernel.compile(specs, options, workdir)
     except CompileError as exc:

@@ -1,0 +1,283 @@
+"""The C++/CUDA kernel form: typed markers, scalar ABI, compiling, calling, fingerprints, the pipeline."""
+import ctypes
+import importlib
+import inspect
+import shutil
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from golden_tasks.cpp import CppArtifact, c_scalar  # the submodule first: `golden_tasks.cpp` must stay the decorator
+from golden_tasks import CompileError, In, Out, Scalar, ScalarSpec, SpecError, TensorSpec, cpp
+from golden_tasks.errors import StageFailed
+from golden_tasks.fingerprint import Fingerprinter, parts
+from golden_tasks.forms import Artifact
+from golden_tasks.specs import signature_of
+from golden_tasks.stages import abi
+import golden_tasks
+
+F32, I64 = torch.float32, torch.int64
+HALF_MAX, BF16_MAX = torch.finfo(torch.float16).max, torch.finfo(torch.bfloat16).max
+
+AXPY = """\
+#include <cstdint>
+#include "common/scale.h"
+
+extern "C" void axpy(const float* x, float* y, float alpha, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += scale(alpha) * x[i];
+}
+"""
+SCALE_H = "#pragma once\nstatic inline float scale(float a) { return a; }\n"
+MODULE = """\
+import torch
+from golden_tasks import In, InOut, Scalar, cpp
+
+@cpp("axpy.cpp")
+def axpy(x: In[torch.float32], y: InOut[torch.float32], alpha: Scalar[torch.float32], n: Scalar[torch.int64]): ...
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A kernel module `cppmod{N}` with axpy.cpp and common/scale.h beside it, imported fresh."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "common").mkdir()
+    counter = iter(range(1000))
+
+    def _load(source=AXPY, header=SCALE_H, module=MODULE):
+        (tmp_path / "axpy.cpp").write_text(source)
+        (tmp_path / "common" / "scale.h").write_text(header)
+        name = f"cppmod{next(counter)}"
+        (tmp_path / f"{name}.py").write_text(module)
+        importlib.invalidate_caches()
+        return importlib.import_module(name)
+    yield _load
+    for name in [n for n in sys.modules if n.startswith("cppmod")]:
+        del sys.modules[name]
+
+
+def axpy_specs(n=10):
+    return [TensorSpec("x", (n,), F32, init_value=torch.randn), TensorSpec("y", (n,), F32, init_value=torch.randn),
+            ScalarSpec("alpha", F32, 0.5), ScalarSpec("n", I64, n)]
+
+
+def stamped(kernel, specs):
+    return [s.stamped(p["direction"]) for s, p in zip(specs, kernel.params())]
+
+
+@pytest.mark.parametrize(("value", "dtype", "ctype", "expected"), [
+    (-128, "int8", ctypes.c_int8, -128), (127, "int8", ctypes.c_int8, 127),
+    (-2**31, "int32", ctypes.c_int32, -2**31), (2**31 - 1, "int32", ctypes.c_int32, 2**31 - 1),
+    (-2**63, "int64", ctypes.c_int64, -2**63), (2**63 - 1, "int64", ctypes.c_int64, 2**63 - 1),
+    (0, "uint8", ctypes.c_uint8, 0), (255, "uint8", ctypes.c_uint8, 255),
+    (True, "bool", ctypes.c_bool, True), (False, "bool", ctypes.c_bool, False),
+    (-1.5, "float32", ctypes.c_float, -1.5), (3, "float32", ctypes.c_float, 3.0),
+    (-1.5, "float16", ctypes.c_uint16, 0xBE00), (1.0, "float16", ctypes.c_uint16, 0x3C00),
+    (HALF_MAX, "float16", ctypes.c_uint16, 0x7BFF), (-HALF_MAX, "float16", ctypes.c_uint16, 0xFBFF),
+    (2**-24, "float16", ctypes.c_uint16, 0x0001), (-0.0, "float16", ctypes.c_uint16, 0x8000),
+    (float("-inf"), "float16", ctypes.c_uint16, 0xFC00),
+    (-1.5, "bfloat16", ctypes.c_uint16, 0xBFC0), (1.0, "bfloat16", ctypes.c_uint16, 0x3F80),
+    (BF16_MAX, "bfloat16", ctypes.c_uint16, 0x7F7F), (-BF16_MAX, "bfloat16", ctypes.c_uint16, 0xFF7F),
+    (1 / 3, "bfloat16", ctypes.c_uint16, 0x3EAB),  # rounded to nearest (0x3EAAAAAB), not truncated
+])
+def test_scalar_encoding(value, dtype, ctype, expected):
+    arg = c_scalar(value, dtype)
+    assert type(arg) is ctype
+    assert arg.value == expected
+
+
+@pytest.mark.parametrize(("value", "dtype"), [(128, "int8"), (-129, "int8"), (-1, "uint8"), (256, "uint8"),
+                                              (2**31, "int32"), (2**63, "int64"), (1.5, "int32"), (1, "bool"),
+                                              (1e39, "float32"), (70000.0, "float16"), (1e39, "bfloat16")])
+def test_scalar_out_of_range_or_wrong_type_is_refused(value, dtype):
+    with pytest.raises(SpecError, match="scalar 'eps'"):
+        c_scalar(value, dtype, "eps")
+
+
+def test_typed_markers():
+    assert In[F32].dtype == "float32" and repr(Out[torch.bfloat16]) == "Out[bfloat16]"
+    assert In.dtype is None and repr(In) == "In"  # typing makes a copy
+    assert Scalar[I64] == Scalar[torch.int64] != Scalar
+    with pytest.raises(TypeError, match="takes a torch.dtype"):
+        In["float32"]
+    with pytest.raises(TypeError, match=r"Scalar\[\.\.\.\] takes one of int8"):
+        Scalar[torch.complex64]
+
+
+def test_decorator_is_not_shadowed_by_its_submodule():
+    assert inspect.isfunction(golden_tasks.cpp) and golden_tasks.cpp is cpp
+
+
+@pytest.mark.parametrize("annotation", ["n: Scalar", "n"])
+def test_untyped_parameter_is_rejected(annotation):
+    namespace = {"cpp": cpp, "In": In, "Scalar": Scalar, "torch": torch}
+    with pytest.raises(TypeError, match="kernel k: parameter 'n' needs a typed annotation such as In"):
+        exec(f"@cpp('k.cpp')\ndef k(x: In[torch.float32], {annotation}): ...", namespace)
+
+
+def test_declared_dtypes_are_checked_by_abi_and_compile(project, tmp_path):
+    kernel = project().axpy
+    assert kernel.params()[0] == {"name": "x", "kind": "tensor", "direction": "in", "dtype": "float32"}
+    specs = axpy_specs()
+    specs[0] = TensorSpec("x", (10,), torch.float64)
+    assert abi.problems(kernel.params(), [signature_of(s) for s in specs]) == ["parameter 'x': kernel expects dtype float32, spec has float64"]
+    with pytest.raises(CompileError, match="parameter 'x' is declared float32, spec has float64"):
+        kernel.compile(stamped(kernel, specs), {}, tmp_path)
+
+
+def test_compiler_error_is_the_command_and_its_diagnostics(project, tmp_path):
+    kernel = project(source='extern "C" void axpy() {\n  int x = 1;\n  x += 1\n}\n').axpy
+    with pytest.raises(CompileError) as info:
+        kernel.compile(stamped(kernel, axpy_specs()), {}, tmp_path)
+    message = str(info.value)
+    assert message.splitlines()[0].endswith(f"-shared -fPIC -O3 -march=native -fopenmp -o {tmp_path}/kernel.so "
+                                            f"{tmp_path}/axpy.cpp")
+    assert "axpy.cpp:3:9: error: expected ';' before '}' token" in message and "Traceback" not in message
+
+
+def test_compile_restore_and_call(project, tmp_path):
+    kernel = project().axpy
+    (tmp_path / "build").mkdir()
+    built = kernel.compile(stamped(kernel, axpy_specs()), {}, tmp_path / "build")
+    assert built.backend == "cpp" and built.device == "cpu" and built.symbol == "axpy"
+    assert built.table == [
+        {"name": "x", "kind": "tensor", "direction": "in", "shape": [10], "dtype": "float32"},
+        {"name": "y", "kind": "tensor", "direction": "inout", "shape": [10], "dtype": "float32"},
+        {"name": "alpha", "kind": "scalar", "direction": "in", "shape": [], "dtype": "float32"},
+        {"name": "n", "kind": "scalar", "direction": "in", "shape": [], "dtype": "int64"}]
+    objects = {}  # store objects: named by digest, no suffix
+    for name, path in built.files.items():
+        objects[name] = tmp_path / f"object-{name.split('.')[-1]}"
+        shutil.copy(path, objects[name])
+    call = Artifact.restore("cpp", built.table, objects, "golden_tasks.cpp").load()
+    x, y = torch.randn(10), torch.randn(10)
+    expected = y + 0.5 * x
+    call(x, y, 0.5, 10)
+    torch.testing.assert_close(y, expected)
+    with pytest.raises(ValueError, match=r"parameter 'x': the kernel takes a contiguous float32 tensor of shape "
+                                         r"\(10,\) on cpu, got a contiguous float64 tensor of shape \(10,\) on cpu"):
+        call(x.double(), y, 0.5, 10)
+    with pytest.raises(ValueError, match="parameter 'y': .* got a non-contiguous float32 tensor of shape"):
+        call(x, torch.randn(20)[::2], 0.5, 10)
+    with pytest.raises(ValueError, match="parameter 'x': .* got a contiguous float32 tensor of shape \\(11,\\)"):
+        call(torch.randn(11), y, 0.5, 10)
+    with pytest.raises(SpecError, match="scalar 'n'"):
+        call(x, y, 0.5, 2**63)
+
+
+def test_every_scalar_type_crosses_the_abi(tmp_path, monkeypatch):
+    """Register classes differ (float in an XMM register, halves as uint16_t bits): each value arrives intact."""
+    (tmp_path / "echo.cpp").write_text(textwrap.dedent("""\
+        #include <cstdint>
+        extern "C" void echo(int8_t a, int32_t b, int64_t c, uint8_t d, bool e, float f, uint16_t g, uint16_t h,
+                             double* out) {
+            out[0] = a; out[1] = b; out[2] = c; out[3] = d; out[4] = e; out[5] = f; out[6] = g; out[7] = h;
+        }
+        """))
+    (tmp_path / "echomod.py").write_text(textwrap.dedent("""\
+        import torch
+        from golden_tasks import Out, Scalar, cpp
+
+        @cpp("echo.cpp", flags=("-O1",))
+        def echo(a: Scalar[torch.int8], b: Scalar[torch.int32], c: Scalar[torch.int64], d: Scalar[torch.uint8],
+                 e: Scalar[torch.bool], f: Scalar[torch.float32], g: Scalar[torch.float16],
+                 h: Scalar[torch.bfloat16], out: Out[torch.float64]): ...
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "echomod", raising=False)
+    kernel = importlib.import_module("echomod").echo
+    values = [-7, -100000, -2**40, 200, True, -2.25, -1.5, -1.5]
+    specs = [ScalarSpec(n, getattr(torch, t), v) for n, t, v in
+             zip("abcdefgh", ("int8", "int32", "int64", "uint8", "bool", "float32", "float16", "bfloat16"), values)]
+    specs.append(TensorSpec("out", (8,), torch.float64))
+    out = torch.zeros(8, dtype=torch.float64)
+    kernel.compile(stamped(kernel, specs), {}, tmp_path).load()(*values, out)
+    assert out.tolist() == [-7, -100000, -2**40, 200, 1, -2.25, 0xBE00, 0xBFC0]
+
+
+def test_fingerprint_follows_the_source_and_its_headers(project, tmp_path):
+    def fingerprinted(**edits):
+        fp = Fingerprinter()
+        return fp(project(**edits).axpy), fp.files
+    base, files = fingerprinted()
+    assert files == {str(tmp_path / "axpy.cpp"), str(tmp_path / "common" / "scale.h")}
+    assert fingerprinted()[0] == base
+    assert fingerprinted(source=AXPY.replace("+=", "-="))[0] != base
+    assert fingerprinted(header=SCALE_H.replace("return a;", "return 2 * a;"))[0] != base
+    assert fingerprinted(module=MODULE.replace('"axpy.cpp"', '"axpy.cpp", flags=("-O1",)'))[0] != base
+    assert fingerprinted(module=MODULE.replace("n: Scalar[torch.int64]", "n: Scalar[torch.int32]"))[0] != base
+    assert set(parts(project().axpy)) == {"file axpy.cpp", "file common/scale.h", "flags", "symbol", "params",
+                                           "cuda", "compiler"}
+
+
+def test_headers_found_through_include_dirs_are_followed(project, tmp_path):
+    kernel = project(source=AXPY.replace('"common/scale.h"', "<scale.h>"),
+                     module=MODULE.replace('"axpy.cpp"', '"axpy.cpp", flags=("-O2", "-Icommon")')).axpy
+    fp = Fingerprinter()
+    fp(kernel)
+    assert str(tmp_path / "common" / "scale.h") in fp.files
+
+
+def test_missing_source_fails_the_plan(project, tmp_path):
+    kernel = project(module=MODULE.replace('"axpy.cpp"', '"nowhere.cpp"')).axpy
+    with pytest.raises(FileNotFoundError, match="kernel axpy: source .*nowhere.cpp not found"):
+        Fingerprinter()(kernel)
+
+
+def golden_axpy(t):
+    t["y"].add_(t["alpha"] * t["x"])
+
+
+def test_run_end_to_end_and_per_case_flags(project):
+    kernel = project().axpy
+    result = golden_tasks.run(fn=kernel, specs=axpy_specs, golden=golden_axpy, rtol=1e-6, atol=1e-6, rounds=3)
+    assert result.passed, result.error
+    again = golden_tasks.run(fn=kernel, specs=axpy_specs, golden=golden_axpy, rtol=1e-6, atol=1e-6, rounds=3)
+    assert again.stages["compile"] == "cached"
+    bad = golden_tasks.run(fn=kernel, specs=axpy_specs, golden=golden_axpy, options={"flags": ["-fno-such-flag"]})
+    assert not bad.passed and bad.stages["compile"] == "FAILED"
+    assert "-fno-such-flag" in bad.error and "Traceback" not in bad.error
+
+
+def test_a_wrong_kernel_fails_validation(project):
+    kernel = project(source=AXPY.replace("i < n", "i < n - 1")).axpy
+    result = golden_tasks.run(fn=kernel, specs=axpy_specs, golden=golden_axpy, rtol=1e-6, atol=1e-6, rounds=3)
+    assert not result.passed and "output 'y'" in result.error
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_cuda_source_compiles_with_nvcc(tmp_path, monkeypatch):
+    (tmp_path / "scale.cu").write_text(textwrap.dedent("""\
+        #include <cstdint>
+        __global__ void scale_kernel(const float* x, float* out, float a, int64_t n) {
+            int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+            if (i < n) out[i] = a * x[i];
+        }
+        extern "C" void scale(const float* x, float* out, float a, int64_t n) {
+            scale_kernel<<<(n + 255) / 256, 256>>>(x, out, a, n);
+        }
+        """))
+    (tmp_path / "cudamod.py").write_text(textwrap.dedent("""\
+        import torch
+        from golden_tasks import In, Out, Scalar, cpp
+
+        @cpp("scale.cu")
+        def scale(x: In[torch.float32], out: Out[torch.float32], a: Scalar[torch.float32], n: Scalar[torch.int64]): ...
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cudamod", raising=False)
+    kernel = importlib.import_module("cudamod").scale
+    assert kernel.cuda and kernel.flags == ("-O3",)
+    specs = [TensorSpec("x", (300,), F32), TensorSpec("out", (300,), F32), ScalarSpec("a", F32, 2.0),
+             ScalarSpec("n", I64, 300)]
+    artifact = kernel.compile(stamped(kernel, specs), {}, tmp_path)
+    assert isinstance(artifact, CppArtifact) and artifact.device == "cuda" and artifact.symbol == "scale"
+    assert [(r["name"], r["kind"], r["direction"], r["dtype"]) for r in artifact.table] == [
+        ("x", "tensor", "in", "float32"), ("out", "tensor", "out", "float32"),
+        ("a", "scalar", "in", "float32"), ("n", "scalar", "in", "int64")]
+    assert hasattr(ctypes.CDLL(str(artifact.files["kernel.so"])), "scale")  # exported unmangled
+    if not torch.cuda.is_available():
+        with pytest.raises(StageFailed, match="CUDA kernel and CUDA is not available"):
+            artifact.load()
