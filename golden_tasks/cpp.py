@@ -164,6 +164,11 @@ class CppArtifact(Artifact):
         call = json.loads(self.files["call.json"].read_text())
         self.symbol, self.device = call["symbol"], call["device"]
 
+    def unavailable(self):
+        if self.device == "cuda" and not torch.cuda.is_available():
+            return "a CUDA kernel and no CUDA device here: dispatch, validate and bench need a GPU"
+        return None
+
     def load(self):
         if self.device == "cuda" and not torch.cuda.is_available():
             raise StageFailed(f"kernel {self.symbol} is a CUDA kernel and CUDA is not available here")

@@ -1,7 +1,8 @@
-"""What the machine contributes to every output: interpreter, torch, C++ compiler, CPU ISA, GPUs.
+"""What the machine contributes to every output: interpreter, torch, C++ and CUDA compilers,
+CPU ISA, GPUs.
 
-Read without importing torch (package metadata, `c++ --version`, /proc/cpuinfo,
-/dev/nvidia*), so the doit parent process can compute keys cheaply.
+Read without importing torch (package metadata, `c++ --version`, `nvcc --version`,
+/proc/cpuinfo, /dev/nvidia*), so the doit parent process can compute keys cheaply.
 """
 import functools
 import glob
@@ -14,13 +15,14 @@ import sys
 from .hashing import digest_bytes
 
 
-def _compiler() -> str:
-    cxx = os.environ.get("CXX", "g++")
+def _version(compiler: str, line: int) -> str:
+    """One line of `compiler --version` (g++ names its release first, nvcc last)."""
     try:
-        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return f"{cxx}: unavailable"
-    return out.stdout.splitlines()[0] if out.stdout else f"{cxx}: unavailable"
+        return f"{compiler}: unavailable"
+    lines = out.stdout.strip().splitlines()
+    return lines[line] if lines else f"{compiler}: unavailable"
 
 
 def _cpu_flags() -> str:
@@ -46,7 +48,8 @@ def toolchain() -> dict:
     return {
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         "torch": importlib.metadata.version("torch"),
-        "cxx": _compiler(),
+        "cxx": _version(os.environ.get("CXX", "c++"), 0),  # the compiler AOTInductor and @cpp use
+        "nvcc": _version("nvcc", -1),
         "isa": f"{platform.machine()}:{_cpu_flags()}",
         "gpus": _gpus(),
     }

@@ -74,6 +74,58 @@ CASES = [Case(k.name, specs=SPECS, kernel=k, golden=golden, timeout=3)
          for k in (segfault, aborts, hangs, writes_past_end, writes_before_start, raises)]
 '''
 
+# The same misbehaviour in C++, plus a compile error.
+MISBEHAVING_CPP = {
+    "cpp_kernels_bad.py": '''
+import torch
+
+from golden_tasks import Case, In, Out, Scalar, ScalarSpec, TensorSpec, cpp
+from kernels.misbehaving import golden
+
+
+@cpp("bad.cpp", flags=("-O2",))
+def cpp_segfault(x: In[torch.float32], out: Out[torch.float32], n: Scalar[torch.int64]): ...
+
+
+@cpp("bad.cpp", flags=("-O2",))
+def cpp_hangs(x: In[torch.float32], out: Out[torch.float32], n: Scalar[torch.int64]): ...
+
+
+@cpp("bad.cpp", flags=("-O2",))
+def cpp_writes_one_past(x: In[torch.float32], out: Out[torch.float32], n: Scalar[torch.int64]): ...
+
+
+@cpp("broken.cpp")
+def cpp_compile_error(x: In[torch.float32], out: Out[torch.float32], n: Scalar[torch.int64]): ...
+
+
+SPECS = [TensorSpec("x", (16,), torch.float32, init_value=1.0), TensorSpec("out", (16,), torch.float32),
+         ScalarSpec("n", torch.int64, 16)]
+CASES = [Case(k.name, specs=SPECS, kernel=k, golden=golden, timeout=3)
+         for k in (cpp_segfault, cpp_hangs, cpp_writes_one_past, cpp_compile_error)]
+''',
+    "bad.cpp": '''
+#include <cstdint>
+extern "C" void cpp_segfault(const float* x, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = 2 * x[i];
+    *(volatile int*)nullptr = 1;
+}
+extern "C" void cpp_hangs(const float* x, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = 2 * x[i];
+    for (volatile bool spin = true; spin;) {}
+}
+extern "C" void cpp_writes_one_past(const float* x, float* out, int64_t n) {
+    for (int64_t i = 0; i <= n; ++i) out[i] = 2 * x[i < n ? i : 0];  // <=: one element too far
+}
+''',
+    "broken.cpp": '''
+#include <cstdint>
+extern "C" void cpp_compile_error(const float* x, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = 2 * x[i]
+}
+''',
+}
+
 EXPECTED = {
     "segfault": "the kernel of segfault crashed: killed by signal SIGSEGV (11: Segmentation fault)",
     "aborts": "the kernel of aborts crashed: killed by signal SIGABRT (6: Aborted)",
@@ -81,6 +133,9 @@ EXPECTED = {
     "writes_past_end": "the guard region out (after) lost its canary",
     "writes_before_start": "the guard region out (before) lost its canary",
     "raises": "ValueError: boom",
+    "cpp_segfault": "the kernel of cpp_segfault crashed: killed by signal SIGSEGV (11: Segmentation fault)",
+    "cpp_hangs": "the kernel of cpp_hangs hung: no result after 3 s (the case's timeout); its process was killed",
+    "cpp_writes_one_past": "the guard region out (after) lost its canary",
 }
 
 
@@ -97,14 +152,20 @@ def test_guard_regions_report_the_clobbered_side():
 def test_misbehaving_kernels_fail_and_the_rest_of_the_run_passes(tmp_path):
     proj = Project(tmp_path / "p", ("rms_norm",))
     (proj.path / "kernels" / "misbehaving.py").write_text(MISBEHAVING)
+    for name, text in MISBEHAVING_CPP.items():
+        (proj.path / "kernels" / name).write_text(text)
     code, results, report, err = proj.doit("-n", "2", "--continue", "verify")
     assert code != 0
     errors = {t["name"]: t.get("error") or "" for t in report["tasks"]}
     assert results["validate:rms_norm"] == "success" and results["bench:rms_norm"] == "success", err
+    # a compile error is the compiler's diagnostic, not a Python traceback
+    assert results["compile:cpp_compile_error"] == "fail"
+    assert "broken.cpp:4:" in errors["compile:cpp_compile_error"] and "error: expected ';'" in \
+        errors["compile:cpp_compile_error"] and "Traceback" not in errors["compile:cpp_compile_error"]
     for case, message in EXPECTED.items():
         assert results[f"dispatch:{case}"] == "fail", case
         assert message in errors[f"dispatch:{case}"], errors[f"dispatch:{case}"]
-    assert "Traceback" not in errors["dispatch:segfault"]
+    assert "Traceback" not in errors["dispatch:segfault"] + errors["dispatch:cpp_segfault"]
 
 
 def test_timeout_is_a_doit_variable(tmp_path):
