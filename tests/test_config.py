@@ -52,16 +52,19 @@ def test_profile_follows_the_environment_and_the_doit_variable(monkeypatch):
 
 def test_toolchain_names_every_component():
     tc = toolchain()
-    assert set(tc) == {"python", "torch", "cxx", "isa"}
+    assert set(tc) == {"python", "torch", "cxx", "nvcc", "isa", "gpus"}
     assert tc["torch"].startswith("2.13.0")
+    assert tc["gpus"].split()[0].isdigit()
 
 
 def test_summary_table_layout():
     stages = {"abi": "cached", "compile": "ran", "inputs": "cached", "golden": "cached", "dispatch": "ran",
               "validate": "FAILED", "bench": "-"}
     row = {"case": "c", "status": "FAIL", "stages": stages, "max_abs": None, "kernel_us": 10.0,
-           "golden_us": 25.0, "speedup": 2.5}
-    header, rule, line = report.format_table([row]).splitlines()
+           "golden_us": 25.0, "speedup": 2.5, "skipped": None}
+    skipped = {**row, "case": "g", "status": "SKIPPED", "skipped": "no GPU"}
+    header, rule, line, skipped_line, reason = report.format_table([row, skipped]).splitlines()
+    assert reason == "g: SKIPPED: no GPU"
     assert header.split() == ["case", "status", "abi", "compile", "inputs", "golden", "dispatch", "validate",
                               "bench", "max", "err", "kernel", "us", "golden", "us", "speedup"]
     assert set(rule.replace(" ", "")) == {"-"}
