@@ -41,6 +41,7 @@ SCALAR_CTYPES = {"int8": ctypes.c_int8, "int32": ctypes.c_int32, "int64": ctypes
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
 
 
+@functools.lru_cache(maxsize=1024)  # per call otherwise: checking a value costs more than a small kernel
 def c_scalar(value, dtype: str, name: str = "scalar"):
     """`value` as the ctypes argument for a scalar of dtype name `dtype`, checked for type and
     range as a ScalarSpec is (SpecError, a ValueError, naming `name`). Half types carry their

@@ -37,6 +37,7 @@ class Artifact:
     """
 
     backend: str
+    device: str = "cpu"  # where its tensor arguments must live
     registry: dict = {}
 
     def __init_subclass__(cls, **kw):

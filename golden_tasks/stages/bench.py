@@ -7,7 +7,7 @@ import time
 
 from .. import isolate
 from . import Outputs, kernel_args
-from .dispatch import load_checked
+from .dispatch import load_checked, on_device
 
 
 def measure(call, warmup: int, rounds: int) -> dict:
@@ -24,8 +24,9 @@ def measure(call, warmup: int, rounds: int) -> dict:
 
 
 def measure_kernel(artifact, args: list, bench: dict) -> dict:
-    """Runs in the child: load the artifact there and time it."""
-    kernel = artifact.load()
+    """Runs in the child: load the artifact there and time it, its arguments already on its device
+    (a CUDA launcher returns when its kernels are done)."""
+    kernel, args = artifact.load(), on_device(artifact, args)
     return measure(lambda: kernel(*args), **bench)
 
 

@@ -21,9 +21,18 @@ def load_checked(compiled, abi) -> Artifact:
     return artifact
 
 
+def on_device(artifact: Artifact, args: list) -> list:
+    """The arguments with every tensor on the artifact's device (the same tensor when already there)."""
+    return [a.to(artifact.device) if hasattr(a, "to") else a for a in args]
+
+
 def call_kernel(artifact: Artifact, args: list) -> None:
-    """Runs in the child: load the artifact there and call it once."""
-    artifact.load()(*args)
+    """Runs in the child: load the artifact there, call it once, outputs back into `args`."""
+    moved = on_device(artifact, args)
+    artifact.load()(*moved)
+    for arg, result in zip(args, moved):
+        if result is not arg:
+            arg.copy_(result)
 
 
 def run(case, plan, workdir, abi, compile, inputs):
