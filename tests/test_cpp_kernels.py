@@ -2,6 +2,7 @@
 element, sizes that are not multiples of the SIMD width, of gemm's register tile or of its cache
 blocks. Each output is held to the rounding-error bound of the kernel's fp32 arithmetic
 (u = 2^-24) against the JIT module's golden, evaluated in float64."""
+import json
 import shutil
 
 import pytest
@@ -11,6 +12,7 @@ from golden_tasks import ScalarSpec, TensorSpec
 from golden_tasks.errors import StageFailed
 from golden_tasks.specs import dtype_of
 from kernels import cpp_kernels, gemm, rms_norm, softmax
+from project import ROOT, Project
 
 U = 2.0 ** -24
 TINY = torch.finfo(torch.float32).tiny  # gt_expf flushes results below it to 0
@@ -86,3 +88,17 @@ def test_rms_norm_cuda(tmp_path):
         return
     actual, expected = call(cpp_kernels.rms_norm_cuda, rms_norm.golden_rms_norm, values, tmp_path, "cuda")["out"]
     torch.testing.assert_close(actual, expected, rtol=(cols / 2 + 6) * U, atol=0)
+
+
+def test_the_cpp_cases_verify_with_doit_and_cuda_is_skipped_not_passed(tmp_path):
+    proj = Project(tmp_path / "p", ("cpp_kernels", "rms_norm", "softmax", "gemm"))
+    shutil.copytree(ROOT / "kernels" / "cpp", proj.path / "kernels" / "cpp")
+    cases = ["rms_norm_cpp", "softmax_cpp", "gemm_cpp", "rms_norm_cuda"]
+    proc = proj.console("-n", "2", *[f"verify:{c}" for c in cases])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((proj.path / "runs" / "report.json").read_text())
+    rows = {r["case"]: r for r in summary["cases"]}
+    assert [rows[c]["status"] for c in cases] == ["PASS", "PASS", "PASS", "SKIPPED"] and not summary["passed"]
+    assert rows["rms_norm_cuda"]["stages"]["compile"] == "ran" and rows["rms_norm_cuda"]["kernel_us"] is None
+    assert rows["rms_norm_cuda"]["skipped"].startswith("a CUDA kernel and no CUDA device here")
+    assert "rms_norm_cuda: SKIPPED: a CUDA kernel and no CUDA device here" in proc.stdout
