@@ -49,6 +49,6 @@ def run(case, plan, workdir, abi, compile, inputs):
     clobbered = [f"{g.name} ({side})" for g in guarded.values() for side in g.clobbered()]
     if clobbered:
         raise StageFailed(f"the kernel of {plan['case']} wrote outside its outputs: the guard region "
-                          f"{' and '.join(f'{c}' for c in clobbered)} lost its canary "
+                          f"{' and '.join(clobbered)} lost its canary "
                           "(before: below the first element, after: past the last)")
     return Outputs(tensors={g.name: g.tensor.clone() for g in guarded.values()})
