@@ -12,8 +12,10 @@ own JSON-able token (a dict names its parts for `explain`) and adds the source
 files it read to `fingerprinter.files`, so that editing them re-plans: kernels
 written in other languages.
 
-An object that cannot be fingerprinted faithfully gets a fresh random token, so
-everything depending on it recomputes: when in doubt, recompute.
+An object that cannot be fingerprinted faithfully gets a fixed "unknown" token
+and is named in `fingerprinter.volatile`; a plan with volatile parts gets a fresh
+nonce in its keys on every run, so everything depending on it recomputes: when
+in doubt, recompute.
 """
 import enum
 import functools
@@ -21,8 +23,6 @@ import inspect
 import sys
 import sysconfig
 import types
-import uuid
-import warnings
 from pathlib import Path
 
 from .hashing import digest_bytes, digest_json
@@ -68,6 +68,7 @@ class Fingerprinter:
 
     def __init__(self):
         self.files = set()
+        self.volatile = []  # descriptions of what could not be fingerprinted (see the module docstring)
         self._memo = {}
         self._active = set()
 
@@ -142,8 +143,8 @@ class Fingerprinter:
         text = repr(obj)
         if " at 0x" not in text:
             return ["repr", self._library_name(type(obj)), text]
-        warnings.warn(f"cannot fingerprint {text}; everything that depends on it will recompute", stacklevel=2)
-        return ["unknown", uuid.uuid4().hex]
+        self.volatile.append(f"{self._library_name(type(obj))} object {text}")
+        return ["unknown", self._library_name(type(obj))]
 
     @staticmethod
     def _library_name(obj) -> str:
