@@ -7,13 +7,22 @@ declared parameter table. It is computed where the case's module is imported
 doit parent, which never imports kernel modules.
 """
 import dataclasses
+import glob
 import importlib
+import os
+import uuid
+from pathlib import Path
 
 from .data import describe
+from .errors import SpecError
 from .fingerprint import Fingerprinter, parts
 from .forms import KernelForm
-from .errors import SpecError
-from .specs import signature_of
+from .hashing import digest_file
+from .specs import ScalarSpec, TensorSpec, signature_of
+
+
+class StalePlan(SpecError):
+    """The case's source no longer matches the plan the task graph was made from."""
 
 
 @dataclasses.dataclass
@@ -26,6 +35,11 @@ class Case:
     `compare` maps an output name to a comparator `(name, actual, expected,
     policy, outputs) -> Comparison` (see compare.py). `inputs_from` / `golden_from` take the inputs /
     golden outputs from a data directory instead of generating them.
+
+    `file_deps` (paths or glob patterns, relative to the case module's directory) and `env_deps`
+    (environment variable names) declare what the kernel, golden or comparators read at call
+    time: their contents enter the keys of every stage that runs user code, which fingerprints
+    cannot see. Reads at import time are noticed without declaring them.
     """
     name: str
     specs: object
@@ -43,16 +57,22 @@ class Case:
     timeout: float = 60.0  # seconds a kernel call may take before it counts as hung
     inputs_from: str = None  # a directory with in/<name>.pt for every scalar, In and InOut (see data.py)
     golden_from: str = None  # a directory with out/<name>.pt for every Out and InOut
+    file_deps: tuple = ()
+    env_deps: tuple = ()
+    root: Path = None  # where relative file_deps are found: the module's directory (run(): the cwd)
 
     def resolved(self, module=None) -> "Case":
-        """A copy with defaults filled in from `module` and `specs` evaluated."""
+        """A copy with defaults filled in from `module`, `specs` evaluated, and everything checked."""
         short = module.__name__.rsplit(".", 1)[-1] if module else None
         kernel = self.kernel if self.kernel is not None else getattr(module, short, None)
         golden = self.golden if self.golden is not None else getattr(module, f"golden_{short}", None)
         if not isinstance(kernel, KernelForm):
             raise SpecError(f"case {self.name!r}: no kernel (expected a @jit or @cpp function "
                             f"{short!r} in the module or kernel=...)")
-        specs = list(self.specs() if callable(self.specs) else self.specs)
+        if not any(p["direction"] in ("out", "inout") for p in kernel.params()):
+            raise SpecError(f"case {self.name!r}: kernel {kernel.name} has no Out or InOut parameter, "
+                            "so there is nothing to verify")
+        specs = self._specs()
         names = [s.name for s in specs]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -61,18 +81,59 @@ class Case:
             raise SpecError(f"case {self.name!r}: warmup must be >= 0 and rounds >= 1")
         if not self.timeout > 0:
             raise SpecError(f"case {self.name!r}: timeout must be > 0 seconds, got {self.timeout!r}")
-        return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs)
+        for field in ("file_deps", "env_deps"):
+            value = getattr(self, field)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise SpecError(f"case {self.name!r}: {field} must be a list of strings, got {value!r}")
+        root = self.root or (Path(module.__file__).parent if module else Path.cwd())
+        return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, root=Path(root).resolve())
+
+    def _specs(self) -> list:
+        """The spec list, from `specs` or by calling it; anything else is a SpecError naming the case."""
+        try:
+            specs = self.specs() if callable(self.specs) else self.specs
+        except SpecError as exc:
+            raise SpecError(f"case {self.name!r}: {exc}") from None
+        if not isinstance(specs, (list, tuple)) or not all(isinstance(s, (TensorSpec, ScalarSpec)) for s in specs):
+            raise SpecError(f"case {self.name!r}: specs must be a list of TensorSpec and ScalarSpec "
+                            f"(or a function returning one), got {_short_repr(specs)}")
+        return list(specs)
+
+
+def _short_repr(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def declared_reads(case: Case) -> tuple[dict, set]:
+    """({"files": {path: digest}, "env": {name: value or None}}, files read) for a resolved case's
+    file_deps and env_deps. Patterns are expanded (sorted; one matching nothing is recorded as
+    such); a plain path that does not exist is a SpecError naming the case."""
+    files, read = {}, set()
+    for pattern in case.file_deps:
+        full = case.root / pattern
+        if any(c in pattern for c in "*?["):
+            matches = [Path(p) for p in sorted(glob.glob(str(full), recursive=True)) if os.path.isfile(p)]
+        elif full.is_file():
+            matches = [full]
+        else:
+            raise SpecError(f"case {case.name!r}: file_deps names {pattern!r}, which is not a file ({full})")
+        files[pattern] = {os.path.relpath(p, case.root): digest_file(p) for p in matches}
+        read |= {str(p) for p in matches}
+    return {"files": files, "env": {name: os.environ.get(name) for name in case.env_deps}}, read
 
 
 # Plan fields that come from the module's source; the others (backend, options,
 # bench, timeout) may also be overridden from the command line.
-SOURCE_FIELDS = ("params", "signature", "specs", "seed", "kernel", "golden", "policy", "data_in", "data_out")
+SOURCE_FIELDS = ("params", "signature", "specs", "seed", "kernel", "golden", "policy", "data_in", "data_out",
+                 "external")
 
 
 def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
     """The plan of a resolved case, and the user source files its fingerprints read."""
     fp = Fingerprinter()
     data, data_files = describe(case, case.kernel.params())
+    external, external_files = declared_reads(case)
     specs = []
     for s in case.specs:
         desc = signature_of(s)
@@ -95,10 +156,19 @@ def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
         "bench": {"warmup": case.warmup, "rounds": case.rounds},
         "timeout": case.timeout,  # in no key: it decides only whether a call is a hang
         **data,
+        "external": external,
         # not in any key: lets `golden-tasks explain` name the function or constant that changed
         "parts": {"kernel": parts(case.kernel), "golden": parts(case.golden) if case.golden is not None else {}},
     }
-    return plan, fp.files | data_files
+    if fp.volatile:  # not in any key itself: for_this_run turns it into a nonce
+        plan["volatile"] = sorted(set(fp.volatile))
+    return plan, fp.files | data_files | external_files
+
+
+def for_this_run(plan: dict) -> dict:
+    """The plan as keyed in this run: one with parts that cannot be fingerprinted gets a fresh nonce,
+    so that everything depending on it recomputes (once per run: its stages agree on their keys)."""
+    return {**plan, "nonce": uuid.uuid4().hex} if plan.get("volatile") else plan
 
 
 def module_cases(module) -> list:
@@ -111,7 +181,8 @@ def module_cases(module) -> list:
 def live_case(plan: dict) -> Case:
     """Import the plan's module and return its case, checked against the plan.
 
-    A module edited after planning would make the cached keys lie; refuse it.
+    A module edited after planning would make the cached keys lie; refuse it
+    (StalePlan: the caller forgets the plan, so that the next run re-plans).
     """
     module = importlib.import_module(plan["module"])
     for case in module_cases(module):
@@ -120,7 +191,7 @@ def live_case(plan: dict) -> Case:
             current, _ = plan_of(resolved, plan["module"])
             changed = [k for k in SOURCE_FIELDS if current[k] != plan[k]]
             if changed:
-                raise SpecError(f"case {plan['case']!r}: {module.__file__} changed since the task graph "
-                                f"was planned ({', '.join(changed)}); run doit again")
+                raise StalePlan(f"case {plan['case']!r}: its source changed since the task graph was planned "
+                                f"({', '.join(changed)}); it is planned again on the next run: run doit again")
             return resolved
     raise SpecError(f"case {plan['case']!r} is no longer defined in {module.__file__}")

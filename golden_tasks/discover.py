@@ -1,22 +1,27 @@
 """Planning the kernel library without importing it in the doit parent.
 
 `load_plans` keeps one manifest per kernel module of each checkout and profile under
-<cache>/plans/<checkout>/<profile>/: the module's case plans and the digest of every project source
-file the plans depend on. A manifest is reused while those files, the toolchain and the
-pipeline are unchanged; stale modules are planned in one subprocess
-(`python -m golden_tasks.discover`), which imports them.
+<cache>/plans/<checkout>/<profile>/: the module's case plans (or the error that kept it from
+planning) and a record of everything planning read (golden_tasks.observe: every user source
+file, data files opened, directories listed, environment variables read by user code). A
+manifest is reused while that record, the toolchain, the pipeline and the installed packages
+are unchanged; stale modules are planned in one subprocess (`python -m golden_tasks.discover`),
+which imports them.
 """
+import functools
 import json
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import traceback
 from pathlib import Path
 
 from . import config
 from .graph import pipeline_version
-from .hashing import digest_bytes, digest_file
+from .hashing import digest_bytes
+from .observe import Observer, changed
 from .store import Store
 from .toolchain import toolchain
 
@@ -26,44 +31,49 @@ def kernel_modules(root: Path) -> list:
     return sorted(p for p in (root / "kernels").glob("*.py") if not p.name.startswith("_"))
 
 
+@functools.cache
 def _environment() -> dict:
-    return {"pipeline": pipeline_version(), "toolchain": toolchain()}
+    """What every plan depends on besides its record: golden_tasks, the toolchain, and the
+    installed packages (installing, upgrading or removing one changes its directory's mtime)."""
+    site = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+    return {"pipeline": pipeline_version(), "toolchain": toolchain(),
+            "packages": [os.stat(p).st_mtime_ns if os.path.isdir(p) else None for p in site]}
 
 
-def _fresh(manifest: dict, digests: dict) -> bool:
-    """Whether the manifest's sources are unchanged; `digests` memoizes file digests
-    across the modules of one load (they share most of their dependencies)."""
-    if manifest.get("environment") != _environment() or manifest.get("failed"):
-        return False
-    for f, d in manifest["files"].items():
-        if f not in digests:
-            try:
-                digests[f] = digest_file(Path(f))
-            except OSError:
-                digests[f] = None
-        if digests[f] != d:
-            return False
-    return True
+def _manifest_path(root: Path, stem: str) -> str:
+    # Per checkout: two checkouts sharing a cache may hold different sources. Per profile: the
+    # same sources plan other shapes under another profile, and switching back re-plans nothing.
+    return f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}/{config.profile()}/{stem}.json"
+
+
+def _fresh(manifest: dict, memo: dict) -> bool:
+    """Whether a manifest's plans still hold. Plans with parts that cannot be fingerprinted are
+    made again on every run: nothing says whether those parts changed."""
+    return (manifest.get("environment") == _environment() and not changed(manifest["observed"], memo)
+            and not any(plan.get("volatile") for plan in manifest["cases"]))
 
 
 def load_plans(root: Path, store: Store) -> list:
     """Every case's plan under the active profile, in module order; a module that fails yields one error plan."""
-    # Per checkout: two checkouts sharing a cache may hold different sources. Per profile: the
-    # same sources plan other shapes under another profile, and switching back re-plans nothing.
-    plans_dir = f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}/{config.profile()}"
-    manifests, stale, digests = {}, [], {}
+    manifests, stale, memo = {}, [], {}  # memo: states shared by the modules' records
     for path in kernel_modules(root):
-        manifest = store.read_json(f"{plans_dir}/{path.stem}.json")
-        if manifest and _fresh(manifest, digests):
+        manifest = store.read_json(_manifest_path(root, path.stem))
+        if manifest and _fresh(manifest, memo):
             manifests[path.stem] = manifest
         else:
             stale.append(path.stem)
     if stale:
         for stem, manifest in plan_in_subprocess(root, stale).items():
             manifest["environment"] = _environment()
-            store.write_json(f"{plans_dir}/{stem}.json", manifest)
+            store.write_json(_manifest_path(root, stem), manifest)
             manifests[stem] = manifest
     return [plan for path in kernel_modules(root) for plan in manifests[path.stem]["cases"]]
+
+
+def forget(root: Path, store: Store, module: str) -> None:
+    """Drop the plan manifest of kernel module `module` (kernels.<stem>) so the next load re-plans it:
+    a worker found that its plan no longer matches the source."""
+    store.remove(_manifest_path(root, module.rsplit(".", 1)[-1]))
 
 
 def plan_in_subprocess(root: Path, stems: list, profile: str = None) -> dict:
@@ -94,40 +104,39 @@ def plan_modules(root: Path, stems: list) -> dict:
 
     sys.path.insert(0, str(root))
     result = {}
-    for stem in stems:
-        module_name = f"kernels.{stem}"
-        files = {str((root / "kernels" / f"{stem}.py").resolve())}
-        try:
-            module = importlib.import_module(module_name)
-            cases = module_cases(module)
-        except Exception as exc:
-            result[stem] = {"failed": True, "files": {},
-                            "cases": [{"case": stem, "module": module_name, "error": _import_error(stem, exc)}]}
-            continue
-        plans = []
-        for case in cases:
+    with Observer() as observer:
+        for stem in stems:
+            module_name = f"kernels.{stem}"
+            observer.files.add(str((root / "kernels" / f"{stem}.py").resolve()))
             try:
-                plan, used = plan_of(case.resolved(module), module_name)
-                files |= used
+                module = importlib.import_module(module_name)
+                cases = module_cases(module)
             except Exception as exc:
-                plan = {"case": case.name, "module": module_name, "error": f"{type(exc).__name__}: {exc}"}
-            plans.append(plan)
-        names = [p["case"] for p in plans]
+                result[stem] = [{"case": stem, "module": module_name, "error": _import_error(stem, exc)}]
+                continue
+            plans = []
+            for case in cases:
+                try:
+                    plan, used = plan_of(case.resolved(module), module_name)
+                    observer.files |= used
+                    observer.env |= set(plan["external"]["env"])
+                except Exception as exc:
+                    plan = {"case": case.name, "module": module_name, "error": f"{type(exc).__name__}: {exc}"}
+                plans.append(plan)
+            names = [p["case"] for p in plans]
+            for plan in plans:
+                if names.count(plan["case"]) > 1:
+                    plan["error"] = f"case name {plan['case']!r} is defined more than once in kernels/{stem}.py"
+            result[stem] = plans
+    # Every user module now loaded, in the project or not, may have shaped a plan: depend on all of them.
+    observer.files |= {str(Path(m.__file__).resolve()) for n, m in list(sys.modules.items())
+                       if getattr(m, "__file__", None) and n != "__main__" and is_user_module(n)}
+    records = {failed: observer.record(failed) for failed in (False, True)}
+    for plans in result.values():
         for plan in plans:
-            if names.count(plan["case"]) > 1:
-                plan["error"] = f"case name {plan['case']!r} is defined more than once in kernels/{stem}.py"
-        # a broken case (missing data files, say) is planned again every time, until it is fixed
-        result[stem] = {"files": files, "cases": plans, "failed": any("error" in p for p in plans)}
-    # Every project module now loaded may have shaped a plan: depend on all of them.
-    loaded = {str(Path(m.__file__).resolve()) for n, m in list(sys.modules.items())
-              if getattr(m, "__file__", None) and is_user_module(n)
-              and Path(m.__file__).resolve().is_relative_to(root.resolve())}
-    for entry in result.values():
-        for plan in entry["cases"]:
             plan["profile"] = config.profile()
-        if isinstance(entry["files"], set):
-            entry["files"] = {f: digest_file(Path(f)) for f in sorted(entry["files"] | loaded)}
-    return result
+    return {stem: {"cases": plans, "observed": records[any("error" in p for p in plans)]}
+            for stem, plans in result.items()}
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
 from . import config, graph, report, runtime
-from .discover import load_plans
+from .case import StalePlan, for_this_run
+from .discover import forget, load_plans
 from .errors import VerificationFailure
 
 PLAN = "plan"
@@ -87,7 +88,7 @@ def planned_library(root: Path, store, overrides: dict) -> dict:
             plan = {**plan, "error": f"case {plan['case']!r} is defined in both {plan['module']} "
                                      f"and {plans[plan['case']]['module']}"}
         if not plan.get("error"):
-            plan = {**plan, **{k: v(plan[k]) for k, v in overrides.items()}}
+            plan = for_this_run({**plan, **{k: v(plan[k]) for k, v in overrides.items()}})
         plans[plan["case"]] = plan
     return plans
 
@@ -130,6 +131,9 @@ def _run_stage(root, stage, case):
         if graph.BY_NAME[stage].torch:
             _threads_configured()
         graph.execute(graph.BY_NAME[stage], plan, lib.store)
+    except StalePlan as exc:
+        forget(root, lib.store, plan["module"])
+        return TaskFailed(f"{stage}:{case}: {exc}")
     except Exception as exc:  # one clear message; a traceback only for the unexpected
         detail = "" if isinstance(exc, VerificationFailure) else "\n" + "".join(traceback.format_exception(exc))
         return TaskFailed(f"{stage}:{case}: {exc}{detail}")
@@ -196,8 +200,12 @@ def tasks_for(root: Path) -> dict:
 
     def stage_creator(stage):
         def create():
-            for plan in library(root).ok():
+            for plan in library(root).plans.values():
                 case = plan["case"]
+                if plan.get("error"):  # `doit abi:<case>` shows why the case cannot be planned
+                    yield {"name": case, "doc": f"{stage.doc} ({case})", "actions": [(_plan_action, [plan["error"]])],
+                           "task_dep": [f"{PLAN}:{case}"]}
+                    continue
                 yield {"name": case, "doc": f"{stage.doc} ({case})",
                        "actions": [(_run_stage, [root, stage.name, case])],
                        "uptodate": [(_is_cached, [root, stage.name, case])],

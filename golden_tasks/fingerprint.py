@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .hashing import digest_bytes, digest_json
 
-_LIBRARY_ROOTS = tuple(
+LIBRARY_ROOTS = tuple(
     str(Path(p).resolve()) for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
 )
 
@@ -41,7 +41,7 @@ def is_user_module(name: str) -> bool:
     file = getattr(module, "__file__", None)
     if file is None or not Path(file).is_absolute():  # builtins and oddities such as torch._classes
         return name == "__main__"
-    return not str(Path(file).resolve()).startswith(_LIBRARY_ROOTS)
+    return not str(Path(file).resolve()).startswith(LIBRARY_ROOTS)
 
 
 def dumps_by_value(obj) -> bytes:

@@ -6,8 +6,11 @@ from plans and small entry manifests, so the doit parent can check every
 stage's status cheaply.
 
 A stage's key is the xxh3-128 of: its name, the pipeline's code version, the
-toolchain, the plan fields it depends on, and the digests of the upstream
-entries it reads. A stage whose key is in the store is up to date: keys depend
+toolchain, the plan fields it reads, the digests of the upstream entries it
+reads, and the plan's nonce (a fresh value on every run for a plan with parts
+that cannot be fingerprinted, so that what depends on them always recomputes).
+A stage is handed only the plan fields in its key (plus `PLAN_CONTEXT`), so it
+cannot read one that its key does not cover. A stage whose key is in the store is up to date: keys depend
 only on content, so reverting an edit finds the earlier entries again, and a
 stage whose upstream re-ran but produced the same digests is not re-run
 (early cutoff).
@@ -35,21 +38,27 @@ class Stage:
     torch: bool = True  # computes with torch (its worker sizes the thread pools first)
 
 
+# Every stage that runs user code (kernel, golden, init values, comparators) may read the files
+# and variables a case declares.
 STAGES = (
     Stage("abi", "check the specs against the kernel's parameter table",
           plan_fields=("params", "signature"), live=False, torch=False),
-    Stage("compile", "compile the kernel for the spec shapes", reads=("abi",),
-          plan_fields=("kernel", "backend", "options")),
+    Stage("compile", "compile the kernel for the spec shapes (scalar values are compiled in)", reads=("abi",),
+          plan_fields=("kernel", "backend", "options", "signature", "external")),
     Stage("inputs", "generate the seeded In/InOut tensors (or read them from a data dir)", reads=("abi",),
-          plan_fields=("specs", "seed", "data_in")),
+          plan_fields=("specs", "seed", "data_in", "external")),
     Stage("golden", "run the golden on the inputs (or read its outputs from a data dir)", reads=("abi", "inputs"),
-          plan_fields=("golden", "bench", "data_out")),
-    Stage("dispatch", "run the compiled kernel on the inputs", reads=("abi", "compile", "inputs"), live=False),
-    Stage("validate", "compare the kernel's outputs with the golden's", reads=("dispatch", "golden"),
-          plan_fields=("policy",)),
+          plan_fields=("golden", "specs", "seed", "bench", "data_out", "external")),
+    Stage("dispatch", "run the compiled kernel on the inputs", reads=("abi", "compile", "inputs"), live=False,
+          plan_fields=("external",)),
+    Stage("validate", "compare the kernel's outputs with the golden's", reads=("dispatch", "golden", "inputs"),
+          plan_fields=("policy", "external")),
     Stage("bench", "time the kernel", reads=("abi", "compile", "inputs"), after=("validate",),
-          plan_fields=("bench",), live=False),
+          plan_fields=("bench", "external"), live=False),
 )
+# Plan entries every stage may read outside its key: names for messages, and the kernel-call
+# timeout, which decides only whether a call counts as hung.
+PLAN_CONTEXT = ("case", "module", "profile", "timeout")
 BY_NAME = {s.name: s for s in STAGES}
 
 
@@ -73,29 +82,27 @@ def recipe(stage: Stage, plan: dict, upstream: dict) -> dict:
         "toolchain": toolchain(),
         "plan": {f: plan[f] for f in stage.plan_fields},
         "upstream": {n: e.digest for n, e in upstream.items()},
+        "nonce": plan.get("nonce"),
     }
 
 
-def resolve(stage: Stage, plan: dict, store: Store):
+def resolve(stage: Stage, plan: dict, store: Store, found: dict = None):
     """(key, upstream entries) for a stage, or (None, {}) while an upstream is not cached.
 
-    A resolved key is memoized on the store: it depends only on the plan and on
-    immutable upstream entries (the store forgets its memo when it drops one).
-    The memo holds the plan itself, so its id cannot be reused by another plan.
+    Entries are read from the store on every call, never remembered across calls:
+    another process may have replaced one since. `found` shares the lookups of
+    one resolution (stage -> entry or None).
     """
-    memo = store.resolved.get((stage.name, id(plan)))
-    if memo is not None and memo[0] is plan:
-        return memo[1], memo[2]
+    found = {} if found is None else found
     upstream = {}
     for name in stage.reads:
-        key, _ = resolve(BY_NAME[name], plan, store)
-        entry = store.get(name, key) if key else None
-        if entry is None:
+        if name not in found:
+            key, _ = resolve(BY_NAME[name], plan, store, found)
+            found[name] = store.get(name, key) if key else None
+        if found[name] is None:
             return None, {}
-        upstream[name] = entry
-    key = digest_json(recipe(stage, plan, upstream))
-    store.resolved[(stage.name, id(plan))] = (plan, key, upstream)
-    return key, upstream
+        upstream[name] = found[name]
+    return digest_json(recipe(stage, plan, upstream)), upstream
 
 
 def cached(stage: Stage, plan: dict, store: Store):
@@ -129,40 +136,50 @@ def load_outputs(store: Store, entry: Entry):
     return out
 
 
-def execute(stage: Stage, plan: dict, store: Store, case=None, retried=False) -> tuple[Entry, bool]:
+def execute(stage: Stage, plan: dict, store: Store, case=None) -> tuple[Entry, bool]:
     """Run the stage unless its key is cached; return (entry, ran).
 
     Upstream stages that are not cached (never run, or dropped as corrupt) are
     run first. `case` is the live case when the caller has it; otherwise it is
-    imported (and checked against the plan) only for stages that need it.
+    imported (and checked against the plan) only for stages that need it. An
+    upstream object found corrupt while loading is dropped and recomputed once.
     """
-    key, upstream = resolve(stage, plan, store)
-    if key is None:
-        for name in stage.reads:
-            execute(BY_NAME[name], plan, store, case)
+    for attempt in range(2):
         key, upstream = resolve(stage, plan, store)
-    hit = store.get(stage.name, key)
-    if hit is not None:
-        return hit, False
+        if key is None:
+            for name in stage.reads:
+                execute(BY_NAME[name], plan, store, case)
+            key, upstream = resolve(stage, plan, store)
+        hit = store.get(stage.name, key)
+        if hit is not None:
+            return hit, False
+        with store.computing(stage.name, key):
+            hit = store.get(stage.name, key)  # computed by whoever held the lock before us
+            if hit is not None:
+                return hit, False
+            try:
+                return _compute(stage, plan, store, case, key, upstream), True
+            except CorruptObject as corruption:
+                if attempt:
+                    raise
+                store.drop(corruption)  # then recompute it, outside this key's lock
+
+
+def _compute(stage: Stage, plan: dict, store: Store, case, key: str, upstream: dict) -> Entry:
+    """Run the stage module on its upstream outputs and commit its entry under `key`."""
+    inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
     if case is None and stage.live:
         from .case import live_case  # noqa: PLC0415
 
         case = live_case(plan)
     module = importlib.import_module(f"golden_tasks.stages.{stage.name}")
-    try:
-        inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
-    except CorruptObject as corruption:  # recompute what went bad, then read it again
-        if retried:
-            raise
-        store.drop(corruption)
-        return execute(stage, plan, store, case, retried=True)
+    view = {f: plan[f] for f in stage.plan_fields + PLAN_CONTEXT if f in plan}
     with tempfile.TemporaryDirectory(prefix=f"golden-{stage.name}-") as work:
         start = time.perf_counter()
-        out = module.run(case, plan, Path(work), **inputs)
+        out = module.run(case, view, Path(work), **inputs)
         elapsed = time.perf_counter() - start
         objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
         objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
     detail = {f: plan["parts"][f] for f in stage.plan_fields if f in plan.get("parts", {})}
-    entry = store.commit(stage.name, key, plan["case"], objects, out.meta, {**out.stats, "seconds": elapsed},
-                         {**recipe(stage, plan, upstream), "parts": detail})
-    return entry, True
+    return store.commit(stage.name, key, plan["case"], objects, out.meta, {**out.stats, "seconds": elapsed},
+                        {**recipe(stage, plan, upstream), "parts": detail})

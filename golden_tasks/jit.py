@@ -5,6 +5,12 @@ shapes (JIT specialisation) by a backend: `aoti` (torch.export, then
 AOTInductor into a `.pt2` package, the default) or `eager` (no code
 generation, for debugging). Scalars are specialised into the artifact as
 constants; their values are part of the compile key.
+
+A verifier checks what the kernel says, so `aoti` emulates the precision the
+body is written in: Inductor would otherwise keep float16/bfloat16
+intermediates of a fused expression in float32, and a kernel that accumulates
+in half precision would pass compiled and fail under `eager`
+(`options={"emulate_precision_casts": False}` compiles what is fastest instead).
 """
 import os
 import tempfile
@@ -19,6 +25,7 @@ from .forms import Artifact, KernelForm
 from .specs import declared_params, dtype_name, table_of
 
 DEFAULT_BACKEND = "aoti"
+AOTI_DEFAULTS = {"emulate_precision_casts": True}  # Inductor configs; a case's options override them
 
 
 class JitKernel(KernelForm):
@@ -127,7 +134,7 @@ class AotiArtifact(Artifact):
         try:
             program = torch.export.export(_Call(fn, specs), example, strict=False)
             path = torch._inductor.aoti_compile_and_package(
-                program, package_path=str(workdir / "kernel.pt2"), inductor_configs=options)
+                program, package_path=str(workdir / "kernel.pt2"), inductor_configs={**AOTI_DEFAULTS, **options})
         except Exception as exc:
             raise CompileError(f"AOTInductor failed for {fn.__name__}: {type(exc).__name__}: {exc}") from exc
         user_inputs = set(program.graph_signature.user_inputs)

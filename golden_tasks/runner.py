@@ -4,7 +4,7 @@ import traceback
 from pathlib import Path
 
 from . import config, graph, report, runtime
-from .case import Case, plan_of
+from .case import Case, for_this_run, plan_of
 from .errors import VerificationFailure
 from .forms import KernelForm
 
@@ -28,7 +28,7 @@ class RunResult:
 
 def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None, ignore_nan=False,
         seed=0, backend=None, options=None, warmup=5, rounds=100, timeout=60.0, inputs_from=None,
-        golden_from=None, cache_dir=None, runs_dir=None) -> RunResult:
+        golden_from=None, file_deps=(), env_deps=(), cache_dir=None, runs_dir=None) -> RunResult:
     """Verify one kernel through every stage, reusing and filling the cache.
 
     `fn` is a kernel form (a `@golden_tasks.jit` function); `specs` a list of
@@ -36,6 +36,8 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
     `inputs_from` / `golden_from`: data directories to read inputs (in/<name>.pt)
     / golden outputs (out/<name>.pt) from instead of generating them.
     `timeout`: seconds one kernel call may take before it fails as hung.
+    `file_deps` / `env_deps`: files (relative to the cwd; globs allowed) and environment
+    variables the kernel, golden or comparators read when called (see Case).
     Setup errors (ABI mismatch, bad specs, compile errors) and validation
     mismatches come back as a failed RunResult with a precise message.
     """
@@ -50,9 +52,10 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
         case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, rtol=rtol, atol=atol,
                     compare=dict(compare or {}), ignore_nan=ignore_nan, seed=seed, backend=backend,
                     options=dict(options or {}), warmup=warmup, rounds=rounds, timeout=timeout,
-                    inputs_from=inputs_from, golden_from=golden_from).resolved()
+                    inputs_from=inputs_from, golden_from=golden_from, file_deps=tuple(file_deps),
+                    env_deps=tuple(env_deps)).resolved()
         plan, _ = plan_of(case)
-        plan["profile"] = config.profile()  # as discover's plans do; the runtime dir records it
+        plan = for_this_run({**plan, "profile": config.profile()})  # as discover's plans; the runtime dir records it
     except VerificationFailure as exc:
         plan["error"] = str(exc)
     if not plan.get("error"):

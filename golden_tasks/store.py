@@ -3,6 +3,7 @@
 Layout under the root:
     objects/<d[:2]>/<digest>                  raw bytes (tensor data, compiled artifacts)
     entries/<stage>/<k[:2]>/<key>.json        one stage output: its objects, metadata and key recipe
+    locks/<stage>/<k[:2]>/<key>.lock          held while a process computes that entry
     plans/<checkout>/<profile>/<module>.json  planned cases of one kernel module of one checkout
     log/runs.jsonl                            hit/miss counts of each run
 
@@ -14,6 +15,13 @@ Every object's digest is recorded in the entries that use it. Looking an entry
 up checks each object's size, and re-hashes an object whose modification time
 differs from the one recorded; loading an object re-hashes it. An object that
 no longer matches makes its entry a miss, with a warning naming the entry.
+Lookups always read the disk: another process may have replaced an entry (a
+dropped one recomputed), and a remembered entry would make keys that no
+longer exist.
+
+One computation per key at a time: `computing` holds a file lock on the key
+(across threads, worker processes, doit processes and `golden_tasks.run`
+callers), and whoever waited for it finds the entry made while it waited.
 
 A read-only store never writes under its root: what the run computes goes to
 an overlay store (a scratch directory) that is read after the root.
@@ -26,6 +34,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from filelock import FileLock
 
 from .errors import VerificationFailure
 from .hashing import digest_bytes, digest_file, digest_json
@@ -110,9 +120,7 @@ class Store:
         self.root = Path(root)
         self.readonly = readonly
         self.overlay = Store(overlay) if readonly else None
-        self._hits = {}  # entries found valid in this process
-        self._bad = set()  # entries found corrupt in this process (kept on disk when read-only)
-        self.resolved = {}  # graph.resolve's memo of stage keys
+        self._bad = set()  # read-only: corrupt entries left on disk, not to be reported again
 
     # -- objects --------------------------------------------------------------
 
@@ -153,9 +161,6 @@ class Store:
         A corrupt entry (an object missing, truncated or altered) is a miss: it
         is reported, and dropped unless the store is read-only.
         """
-        hit = self._hits.get((stage, key))
-        if hit is not None:
-            return hit
         entry = None if (stage, key) in self._bad else self._read(stage, key)
         if entry is None:
             return self.overlay.get(stage, key) if self.overlay is not None else None
@@ -175,7 +180,6 @@ class Store:
                 os.utime(self.entry_path(stage, key))
             except OSError:
                 pass
-        self._hits[(stage, key)] = entry
         return entry
 
     def _read(self, stage, key):
@@ -187,10 +191,8 @@ class Store:
     def drop(self, corruption: CorruptObject) -> None:
         """Forget a corrupt entry (and its bad objects) so that its stage is recomputed."""
         entry = corruption.entry
-        self._hits.pop((entry.stage, entry.key), None)
-        self._bad.add((entry.stage, entry.key))
-        self.resolved.clear()  # keys downstream of the dropped entry may change
         if self.readonly:
+            self._bad.add((entry.stage, entry.key))
             warn(f"{corruption}; treating it as a miss (read-only cache: left in place)")
             return
         warn(f"{corruption}; dropping it and recomputing")
@@ -210,8 +212,17 @@ class Store:
         target = self.overlay if self.readonly else self
         text = json.dumps(entry.__dict__, sort_keys=True, indent=1).encode()
         atomic_write(target.entry_path(stage, key), lambda f: f.write(text))
-        self._hits[(stage, key)] = entry
         return entry
+
+    def computing(self, stage: str, key: str) -> FileLock:
+        """A lock to hold while computing (stage, key): look the entry up again once it is held."""
+        target = self.overlay if self.readonly else self
+        path = target.root / "locks" / stage / key[:2] / f"{key}.lock"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheWriteError(_cannot_write(path, exc)) from exc
+        return FileLock(path)
 
     # -- small files ----------------------------------------------------------
 
@@ -223,6 +234,10 @@ class Store:
             except (OSError, ValueError):
                 continue
         return None
+
+    def remove(self, relative: str) -> None:
+        """Remove a small file under the store (the overlay's, when read-only), if it exists."""
+        ((self.overlay if self.readonly else self).root / relative).unlink(missing_ok=True)
 
     def write_json(self, relative: str, data) -> None:
         text = json.dumps(data, sort_keys=True, indent=1).encode()

@@ -73,12 +73,82 @@ def test_import_failure_is_an_error_plan_for_that_module_only(root):
                                       f"(at {root / 'kernels' / 'bad.py'}:3)")
 
 
-def test_a_failed_module_is_planned_again_every_time(root):
+def test_a_failed_module_is_planned_again_once_edited_and_not_before(root, monkeypatch):
     (root / "kernels" / "bad.py").write_text("raise ValueError('boom')\n")
     assert "error" in plans(root)["bad"]
+    with monkeypatch.context() as m:
+        forbid_subprocess(m)
+        assert "error" in plans(root)["bad"]
     (root / "kernels" / "bad.py").write_text(MODULE.replace('Case("k"', 'Case("bad"').replace(
         "def k(", "def bad(").replace("golden_k", "golden_bad"))
     assert "error" not in plans(root)["bad"]
+
+
+def test_a_module_missing_an_import_is_planned_again_when_it_appears(root, monkeypatch):
+    (root / "kernels" / "late.py").write_text("from kernels._later import VALUE\n" + textwrap.dedent(MODULE).replace(
+        'Case("k"', 'Case("late"').replace("def k(", "def late(").replace("golden_k", "golden_late"))
+    assert "No module named 'kernels._later'" in plans(root)["late"]["error"]
+    with monkeypatch.context() as m:
+        forbid_subprocess(m)
+        assert "error" in plans(root)["late"]
+    (root / "kernels" / "_later.py").write_text("VALUE = 1\n")
+    assert "error" not in plans(root)["late"]
+
+
+IMPORT_TIME = {  # name -> (module prelude, kernel expression using the value, edit of the outside world)
+    "data_file": ("SCALE = float((Path(__file__).parent / 'scale.txt').read_text())\n", "x * SCALE"),
+    "env_var": ("SCALE = float(os.environ.get('GT_TEST_SCALE', '2'))\n", "x * SCALE"),
+    "listing": ("SCALE = float(len(list((Path(__file__).parent / 'tables').glob('*.bin'))))\n", "x * SCALE"),
+    "outside": ("sys.path.insert(0, os.environ['GT_OUTSIDE']); from outside_helpers import SCALE\n", "x * SCALE"),
+}
+
+
+@pytest.mark.parametrize("route", sorted(IMPORT_TIME))
+def test_values_computed_at_import_are_followed(root, tmp_path_factory, monkeypatch, route):
+    """A module's import-time reads (a data file, an environment variable, a directory listing,
+    a module outside the project) make its plan stale when they change."""
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "outside_helpers.py").write_text("SCALE = 2.0\n")
+    (root / "kernels" / "scale.txt").write_text("2.0")
+    (root / "kernels" / "tables").mkdir()
+    (root / "kernels" / "tables" / "a.bin").write_text("")
+    monkeypatch.setenv("GT_OUTSIDE", str(outside))
+    monkeypatch.setenv("GT_TEST_SCALE", "2")
+    prelude, expression = IMPORT_TIME[route]
+    source = ("import os, sys\nfrom pathlib import Path\n" + prelude
+              + textwrap.dedent(MODULE).replace("scale(x)", expression))
+    (root / "kernels" / "k.py").write_text(source)
+    first = plans(root)["k"]
+    assert "error" not in first, first["error"]
+    with monkeypatch.context() as m:
+        forbid_subprocess(m)
+        assert plans(root)["k"] == first
+    {"data_file": lambda: (root / "kernels" / "scale.txt").write_text("3.0"),
+     "env_var": lambda: monkeypatch.setenv("GT_TEST_SCALE", "3"),
+     "listing": lambda: (root / "kernels" / "tables" / "b.bin").write_text(""),
+     "outside": lambda: (outside / "outside_helpers.py").write_text("SCALE = 3.0\n")}[route]()
+    assert plans(root)["k"]["kernel"] != first["kernel"]
+
+
+def test_declared_file_and_env_deps_enter_the_plan_and_its_freshness(root, monkeypatch):
+    (root / "kernels" / "data").mkdir()
+    (root / "kernels" / "data" / "a.npy").write_bytes(b"1")
+    (root / "kernels" / "table.txt").write_text("t")
+    monkeypatch.setenv("GT_DECLARED", "one")
+    source = textwrap.dedent(MODULE).replace(
+        'Case("k", ', 'Case("k", file_deps=("table.txt", "data/*.npy"), env_deps=("GT_DECLARED",), ')
+    (root / "kernels" / "k.py").write_text(source)
+    first = plans(root)["k"]["external"]
+    assert set(first["files"]) == {"table.txt", "data/*.npy"}
+    assert list(first["files"]["data/*.npy"]) == ["data/a.npy"] and first["env"] == {"GT_DECLARED": "one"}
+    (root / "kernels" / "data" / "b.npy").write_bytes(b"2")
+    assert list(plans(root)["k"]["external"]["files"]["data/*.npy"]) == ["data/a.npy", "data/b.npy"]
+    (root / "kernels" / "table.txt").write_text("u")
+    assert plans(root)["k"]["external"]["files"]["table.txt"] != first["files"]["table.txt"]
+    monkeypatch.setenv("GT_DECLARED", "two")
+    assert plans(root)["k"]["external"]["env"] == {"GT_DECLARED": "two"}
+    (root / "kernels" / "table.txt").unlink()
+    assert "file_deps names 'table.txt', which is not a file" in plans(root)["k"]["error"]
 
 
 def test_bad_case_errors_stay_per_case(root):

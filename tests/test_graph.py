@@ -4,7 +4,7 @@ from golden_tasks.store import Store
 
 PLAN = {"case": "c", "params": [], "signature": [], "kernel": "k1", "backend": None, "options": {},
         "specs": [], "seed": 0, "golden": "g1", "bench": {"warmup": 1, "rounds": 1}, "policy": "p1",
-        "data_in": {}, "data_out": {}}
+        "data_in": {}, "data_out": {}, "external": {}}
 
 
 def commit(store, stage, plan, meta):

@@ -49,7 +49,7 @@ def test_abi_collects_every_mismatch_into_one_message(tmp_path):
 
 def test_inputs_are_seeded_per_spec_and_only_for_in_and_inout(upstream, tmp_path):
     checked, made = upstream
-    assert set(made.tensors) == {"x", "total"} and made.meta == {"scalars": {"scale": 2.0}}
+    assert set(made.tensors) == {"x", "total"} and made.meta == {"scalars": {"scale": 2.0}, "nonfinite": {}}
     again = inputs.run(CASE, PLAN, tmp_path, checked)
     assert torch.equal(again.tensors["x"], made.tensors["x"])
     reseeded = inputs.run(CASE, {**PLAN, "seed": 4}, tmp_path, checked)
@@ -93,16 +93,16 @@ def test_validate_passes_fails_and_rejects_unknown_outputs(upstream, tmp_path):
     checked, made = upstream
     expected = golden.run(CASE, PLAN, tmp_path, checked, made)
     actual = dispatch.run(None, PLAN, tmp_path, checked, compiled(tmp_path, checked), made)
-    report = validate.run(CASE, PLAN, tmp_path, actual, expected)
+    report = validate.run(CASE, PLAN, tmp_path, actual, expected, made)
     assert report.meta["status"] == "pass" and [o["name"] for o in report.meta["outputs"]] == ["total", "out"]
     actual.tensors["out"][1, 2] += 1
     with pytest.raises(StageFailed, match=r"output 'out': 1/12 elements mismatched"):
-        validate.run(CASE, PLAN, tmp_path, actual, expected)
+        validate.run(CASE, PLAN, tmp_path, actual, expected, made)
     loose = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc, compare={"out": Allclose(atol=2)}).resolved()
-    assert validate.run(loose, PLAN, tmp_path, actual, expected).meta["status"] == "pass"
+    assert validate.run(loose, PLAN, tmp_path, actual, expected, made).meta["status"] == "pass"
     typo = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc, compare={"outt": Allclose()}).resolved()
     with pytest.raises(StageFailed, match="compare names outt, which are not outputs"):
-        validate.run(typo, PLAN, tmp_path, actual, expected)
+        validate.run(typo, PLAN, tmp_path, actual, expected, made)
 
 
 def test_bench_measures_rounds():

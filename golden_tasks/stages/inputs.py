@@ -30,4 +30,16 @@ def run(case, plan, workdir, abi):
     else:
         tensors = {s.name: make(s, plan["seed"]) for s in specs if s.kind == "tensor" and s.is_input}
     scalars = {s.name: s.value for s in specs if s.kind == "scalar"}
-    return Outputs(tensors=tensors, meta={"scalars": scalars})
+    return Outputs(tensors=tensors, meta={"scalars": scalars, "nonfinite": nonfinite(tensors)})
+
+
+def nonfinite(tensors: dict) -> dict:
+    """name -> "N NaN/Inf, first at (i, j)" for each floating tensor that holds any: validation
+    names them when outputs mismatch, since NaN in an input propagates to the outputs."""
+    found = {}
+    for name, t in tensors.items():
+        if t.is_floating_point() or t.is_complex():
+            where = (~torch.isfinite(t)).nonzero()
+            if len(where):
+                found[name] = f"{len(where)} NaN/Inf, first at {tuple(where[0].tolist())}"
+    return found

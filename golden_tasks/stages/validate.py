@@ -13,17 +13,20 @@ def save_policy(policy: Policy, path):
     return path
 
 
-def judge(policy: Policy, actual: dict, expected: dict, case: str) -> dict:
-    """The validation report; raises StageFailed naming every mismatching output."""
+def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict = None) -> dict:
+    """The validation report; raises StageFailed naming every mismatching output, and every
+    input that holds NaN/Inf (`nonfinite`: name -> description), a likely cause."""
     results = policy.check(actual, expected)
     failed = [r.message for r in results if not r.passed]
     if failed:
-        raise StageFailed(f"validation FAILED for {case}:\n" + "\n".join(failed))
+        causes = [f"note: input {name!r} holds {what}; it may propagate to the outputs"
+                  for name, what in (nonfinite or {}).items()]
+        raise StageFailed(f"validation FAILED for {case}:\n" + "\n".join(failed + causes))
     return {"status": "pass", "outputs": [r.to_json() for r in results],
             "max_abs": max((r.max_abs for r in results), default=0.0)}
 
 
-def run(case, plan, workdir, dispatch, golden):
+def run(case, plan, workdir, dispatch, golden, inputs):
     for upstream in (golden, dispatch):  # no golden, or no device to dispatch on
         if "skipped" in upstream.meta:
             return Outputs(meta={"status": "skipped", "reason": upstream.meta["skipped"]})
@@ -32,5 +35,5 @@ def run(case, plan, workdir, dispatch, golden):
         raise StageFailed(f"{plan['case']}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
     policy = Policy(case.rtol, case.atol, case.ignore_nan, case.compare)
-    meta = judge(policy, dispatch.tensors, golden.tensors, plan["case"])
+    meta = judge(policy, dispatch.tensors, golden.tensors, plan["case"], inputs.meta.get("nonfinite"))
     return Outputs(files={"policy.pkl": save_policy(policy, workdir / "policy.pkl")}, meta=meta)

@@ -1,0 +1,148 @@
+"""What planning read: files, directory listings and environment variables, and whether they changed.
+
+A kernel module may compute values at import (a table loaded from a data file,
+a size read from an environment variable, a list of files globbed) that its
+case's fingerprints capture. A plan made from them is stale as soon as they
+change, so the planning subprocess records them while it imports the modules
+(`Observer`: Python's audit hooks for opened files and listed directories, a
+recording `os.environ` for variables read by user code), and the doit parent
+re-checks the record (`changed`) before reusing a plan. Library internals are
+not recorded: files and directories of the stdlib and installed packages (their
+versions enter the plans' environment instead), and the import system's own
+reads (the modules it loads are recorded as source files by the planner).
+"""
+import os
+import sys
+from pathlib import Path
+
+from .fingerprint import LIBRARY_ROOTS, is_user_module
+from .hashing import digest_bytes, digest_file
+
+_SYSTEM = ("/proc/", "/sys/", "/dev/")
+_ENVIRON_FRAMES = (os.__file__, "<frozen os>", "_collections_abc.py", "<frozen _collections_abc>")  # os.environ, Mapping.get
+
+
+class Observer:
+    """While active (a `with` block), records reads by the code that runs: `files` opened for
+    reading, `dirs` listed, `env` variables read by user code, and `import_dirs` the import
+    system listed (a failed import is cured by a new file in one of them)."""
+
+    _active = None  # one observer at a time; audit hooks cannot be removed, so one hook checks this
+
+    def __init__(self):
+        self.files, self.dirs, self.env, self.import_dirs = set(), set(), set(), set()
+
+    def __enter__(self):
+        if not getattr(Observer, "_hooked", False):
+            sys.addaudithook(_audit)
+            os.environ.__class__ = _RecordingEnviron
+            Observer._hooked = True
+        Observer._active = self
+        return self
+
+    def __exit__(self, *exc):
+        Observer._active = None
+
+    def record(self, failed: bool = False) -> dict:
+        """The current state of everything read: compare it with `changed` later. A failed
+        plan also depends on the directories imports searched."""
+        return snapshot(self.files, self.dirs | (self.import_dirs if failed else set()), self.env)
+
+
+def _interesting(path) -> str:
+    """The path as a string when it is user data (not library, system or bytecode), else None."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, str):  # a file descriptor
+        return None
+    path = os.path.abspath(path)
+    if path.startswith(_SYSTEM) or path.startswith(LIBRARY_ROOTS) or "__pycache__" in path:
+        return None
+    return path
+
+
+def _in_import_system() -> bool:
+    """Whether the import system itself made this read (loading a module, searching a path), as
+    opposed to code run by an import: the nearest caller that is not library code decides."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if file.startswith("<frozen importlib"):
+            return True
+        if not (file.startswith("<frozen ") or file.startswith(LIBRARY_ROOTS)):
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _reads(mode, flags) -> bool:
+    if isinstance(mode, str):
+        return not any(c in mode for c in "wax+")
+    return isinstance(flags, int) and flags & os.O_ACCMODE == os.O_RDONLY
+
+
+def _audit(event: str, args: tuple) -> None:
+    observer = Observer._active
+    if observer is None or event not in ("open", "os.listdir", "os.scandir"):
+        return
+    path = _interesting(args[0] if args else None)
+    if path is None:
+        return
+    if event != "open":
+        (observer.import_dirs if _in_import_system() else observer.dirs).add(path)
+    elif _reads(args[1], args[2] if len(args) > 2 else None) and not _in_import_system():
+        observer.files.add(path)
+
+
+def _user_caller() -> bool:
+    """Whether the code reading os.environ (past os's and Mapping's own methods) is user code."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.endswith(_ENVIRON_FRAMES):
+        frame = frame.f_back
+    return frame is not None and is_user_module(frame.f_globals.get("__name__"))
+
+
+class _RecordingEnviron(os._Environ):
+    """os.environ, noting the variables user code reads while an Observer is active."""
+
+    def __getitem__(self, key):
+        observer = Observer._active
+        if observer is not None and isinstance(key, str) and _user_caller():
+            observer.env.add(key)
+        return super().__getitem__(key)
+
+
+def _file_state(path: str):
+    try:
+        return digest_file(Path(path)) if os.path.isfile(path) else None
+    except OSError:
+        return None
+
+
+def _dir_state(path: str):
+    try:
+        return digest_bytes("\0".join(sorted(os.listdir(path))).encode())
+    except OSError:
+        return None
+
+
+_STATE = {"files": _file_state, "dirs": _dir_state, "env": os.environ.get}
+
+
+def snapshot(files=(), dirs=(), env=()) -> dict:
+    """{"files": {path: digest}, "dirs": {path: listing digest}, "env": {name: value}}; None marks
+    a file, directory or variable that does not exist (its appearing is a change too)."""
+    return {kind: {name: _STATE[kind](name) for name in sorted(names)}
+            for kind, names in (("files", files), ("dirs", dirs), ("env", env))}
+
+
+def changed(record: dict, memo: dict) -> str:
+    """The first thing in a `snapshot` record that differs now (e.g. "file /p/table.npy"), or None.
+    `memo` caches current states across the records of one check."""
+    for kind, states in record.items():
+        for name, then in states.items():
+            if (kind, name) not in memo:
+                memo[kind, name] = _STATE[kind](name)
+            if memo[kind, name] != then:
+                return f"{kind[:-1] if kind != 'env' else 'variable'} {name}"
+    return None
