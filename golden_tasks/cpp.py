@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import subprocess
+import tempfile
 from pathlib import Path
 
 import torch
@@ -37,8 +38,6 @@ DIAGNOSTICS_CHARS = 6000  # the first errors are the useful ones; a template cas
 SCALAR_CTYPES = {"int8": ctypes.c_int8, "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
                  "bool": ctypes.c_bool, "float32": ctypes.c_float, "float16": ctypes.c_uint16,
                  "bfloat16": ctypes.c_uint16}
-
-_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
 
 
 @functools.lru_cache(maxsize=1024)  # per call otherwise: checking a value costs more than a small kernel
@@ -62,33 +61,52 @@ def compiler_identity(compiler: tuple) -> str:
     return out.stdout.strip()
 
 
-def include_dirs(flags, root: Path) -> list:
-    """The -I directories of `flags`, relative to `root` (where the compiler runs)."""
-    dirs, flags = [], list(flags)
-    for i, flag in enumerate(flags):
-        if flag == "-I" and i + 1 < len(flags):
-            dirs.append(root / flags[i + 1])
-        elif flag.startswith("-I") and flag != "-I":
-            dirs.append(root / flag[2:])
-    return dirs
+def c_locale() -> dict:
+    """The environment every compiler run gets: LC_ALL=C for plain ASCII English diagnostics
+    (and a parsable `-E -v`), the same on every machine."""
+    return {**os.environ, "LC_ALL": "C"}
 
 
-def sources(source: Path, dirs: list) -> list:
-    """`source` and every header it includes, transitively, that exists outside the system:
-    "x.h" relative to the including file, then in `dirs`; <x.h> in `dirs`. Every #if branch is
-    followed (a superset is safe); a computed `#include MACRO` is not."""
-    seen, todo = [], [source.resolve()]
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.append(path)
-        for quote, name in _INCLUDE.findall(path.read_bytes()):
-            bases = ([path.parent] if quote == b'"' else []) + dirs
-            found = next((base / name.decode() for base in bases if (base / name.decode()).is_file()), None)
-            if found:
-                todo.append(found.resolve())
-    return seen
+@functools.cache
+def system_dirs(compiler: tuple, cuda: bool) -> tuple:
+    """The compiler's implicit `#include <...>` directories, resolved, as `-E -v` lists them
+    (nvcc: its CUDA directories, then its host compiler's); () if it cannot run."""
+    probe = ["-E", "-x", "cu", "-Xcompiler", "-v"] if cuda else ["-E", "-v", "-x", "c++"]
+    try:
+        out = subprocess.run([*compiler, *probe, os.devnull], capture_output=True, text=True, timeout=60,
+                             check=False, env=c_locale())
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    dirs, listing = [], False
+    for line in out.stderr.splitlines():
+        if line.startswith("#include <...> search starts here:") or line.startswith("End of search list."):
+            listing = line.startswith("#include")
+        elif listing:
+            dirs.append(Path(line.strip()).resolve())
+    return tuple(dict.fromkeys(dirs))
+
+
+_MAKE_WORD = re.compile(r"(\\+)([ \t])|\\#|\$\$|\s|.")
+
+
+def prerequisites(rule: str) -> list:
+    """The prerequisites of the make rule a compiler writes for `-M`/`-MD`: the words after the
+    first ':' (the target, set by -MT, has none), split at white space and backslash-newlines.
+    As in make, 2N+1 backslashes before a blank are N and a blank, 2N are N and a split;
+    `\\#` is '#' and `$$` is '$' (nvcc writes both raw; only a name with "$$" would be misread,
+    and a misread name is not a file, which the caller refuses)."""
+    words, word = [], ""
+    for m in _MAKE_WORD.finditer(rule.partition(":")[2].replace("\\\n", " ")):
+        run, blank, text = m[1] or "", m[2], m[0]
+        word += "\\" * (len(run) // 2)
+        if blank and len(run) % 2:
+            word += blank
+        elif blank or text.isspace():
+            words.append(word)
+            word = ""
+        else:
+            word += {"\\#": "#", "$$": "$"}.get(text, text)
+    return [w for w in [*words, word] if w]
 
 
 class CppKernel(KernelForm):
@@ -108,42 +126,94 @@ class CppKernel(KernelForm):
         return f"<cpp kernel {self.name} from {self.source}>"
 
     def __fingerprint__(self, fingerprinter) -> dict:
-        """Every source file's digest (recorded in `fingerprinter.files`, so that an edit re-plans),
-        flags, symbol, signature and the compiler's identity. Paths are relative to the module:
-        two checkouts of the same sources share the key."""
+        """The digests of the source and of every header the compiler reports reading with the
+        kernel's flags (`hashed_files`), named by their paths relative to the module (two
+        checkouts of the same sources share the key) and recorded in `fingerprinter.files` (an
+        edit re-plans); flags, symbol, signature and the compiler's identity. If the compiler
+        cannot tell which headers it reads, the source alone and a `fingerprinter.volatile` entry:
+        the plan then recomputes on every run, and compile fails with the compiler's message."""
         if not self.source.is_file():
             raise FileNotFoundError(f"kernel {self.name}: source {self.source} not found")
-        files = sources(self.source, include_dirs(self.flags, self.root))
+        files, unknown = self.hashed_files()
+        if unknown:
+            fingerprinter.volatile.append(f"kernel {self.name}: cannot tell which headers it reads: {unknown}")
         fingerprinter.files.update(str(f) for f in files)
         return {**{f"file {os.path.relpath(f, self.root)}": digest_file(f) for f in files},
                 "flags": list(self.flags), "symbol": self.symbol, "params": self._params, "cuda": self.cuda,
                 "compiler": compiler_identity(self.compiler)}
 
+    def hashed_files(self) -> tuple[list, str | None]:
+        """The files the fingerprint hashes and, if the compiler could not tell them, why.
+
+        They are what the compiler itself reports reading when it preprocesses the source with
+        the kernel's flags, in the module's directory, as compile runs it: the source, `-include`
+        files and every header found through -I, -iquote, -isystem or a computed `#include
+        MACRO`, transitively, wherever they are. Left out: files under the compiler's implicit
+        directories (`system_dirs`), such as <vector>, <omp.h>, <cuda_runtime.h>. They are the
+        toolchain's, which every key names by the compilers' versions; hashing them by path would
+        tie keys to where the machine installs them and to the module's depth below /, so two
+        checkouts would no longer share keys. The price: a system header changed without a
+        compiler version change (a libc or CUDA update) is not seen. If the compiler cannot tell
+        (not installed, a missing header, any preprocessor error): the source alone, and why."""
+        try:
+            with tempfile.TemporaryDirectory(prefix="golden-deps-") as tmp:
+                deps = Path(tmp) / "kernel.d"
+                self._run(self.command(self.flags, None, deps))
+                return self._read(deps), None
+        except CompileError as exc:
+            lines = str(exc).splitlines()  # a failed run: its command, then its first diagnostic
+            return [self.source.resolve()], lines[min(1, len(lines) - 1)]
+
     def params(self) -> list:
         return [dict(row) for row in self._params]
 
-    def command(self, flags, out: Path) -> list:
+    def command(self, flags, out: Path | None, deps: Path) -> list:
+        """The compile command building `out`, or with out=None the preprocessor alone (-M); both
+        write to `deps` the make rule of the files they read."""
         pic = ["-Xcompiler", "-fPIC"] if self.cuda else ["-fPIC"]
-        return [*self.compiler, "-shared", *pic, *flags, "-o", str(out), str(self.source)]
+        build = ["-M"] if out is None else ["-MD", "-o", str(out)]
+        return [*self.compiler, "-shared", *pic, *flags, *build, "-MF", str(deps), "-MT", "kernel", str(self.source)]
+
+    def _run(self, cmd):
+        """Run a compiler command as compile does; CompileError with its diagnostics if it fails."""
+        try:
+            proc = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True, check=False, env=c_locale())
+        except OSError as exc:
+            raise CompileError(f"cannot run {shlex.join(cmd)}: {exc}") from None
+        if proc.returncode:
+            text = (proc.stderr + proc.stdout).strip()
+            cut = f"\n... ({len(text) - DIAGNOSTICS_CHARS} more characters)" if len(text) > DIAGNOSTICS_CHARS else ""
+            raise CompileError(f"{shlex.join(cmd)}\n{text[:DIAGNOSTICS_CHARS]}{cut}")
+
+    def _read(self, deps: Path) -> list:
+        """The files a dependency rule names, resolved, minus those under the system directories."""
+        files = [(self.root / name).resolve() for name in prerequisites(os.fsdecode(deps.read_bytes()))]
+        missing = next((f for f in files if not f.is_file()), None)
+        if missing:
+            raise CompileError(f"the compiler reports reading {missing}, which is not a file")
+        system = system_dirs(self.compiler, self.cuda)
+        return list(dict.fromkeys(f for f in files if not any(f.is_relative_to(d) for d in system)))
 
     def compile(self, specs, options, workdir):
-        """Build workdir/kernel.so with `options["flags"]` if given, else the kernel's flags."""
+        """Build workdir/kernel.so with `options["flags"]` if given, else the kernel's flags.
+
+        The key follows the headers read with the kernel's own flags: if other flags make the
+        compiler read a project header that the key does not follow, the build is refused."""
         declared = {p["name"]: p["dtype"] for p in self._params}
         for s in specs:
             if s.name in declared and dtype_name(s.dtype) != declared[s.name]:
                 raise CompileError(f"kernel {self.name}: parameter {s.name!r} is declared {declared[s.name]}, "
                                    f"spec has {dtype_name(s.dtype)}")
         workdir = Path(workdir)
-        cmd = self.command(options.get("flags", self.flags), workdir / "kernel.so")
-        try:  # LC_ALL=C: diagnostics in plain ASCII and English, the same on every machine
-            proc = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True, check=False,
-                                  env={**os.environ, "LC_ALL": "C"})
-        except OSError as exc:
-            raise CompileError(f"kernel {self.name}: cannot run {shlex.join(cmd)}: {exc}") from None
-        if proc.returncode:
-            text = (proc.stderr + proc.stdout).strip()
-            cut = f"\n... ({len(text) - DIAGNOSTICS_CHARS} more characters)" if len(text) > DIAGNOSTICS_CHARS else ""
-            raise CompileError(f"{shlex.join(cmd)}\n{text[:DIAGNOSTICS_CHARS]}{cut}")
+        flags = options.get("flags", self.flags)
+        self._run(self.command(flags, workdir / "kernel.so", workdir / "kernel.d"))
+        hashed = set(self.hashed_files()[0])
+        unhashed = [f for f in self._read(workdir / "kernel.d") if f not in hashed]
+        if unhashed:
+            raise CompileError(f"kernel {self.name}: with flags {shlex.join(flags)} the compiler reads "
+                               f"{os.path.relpath(unhashed[0], self.root)}, which the cache key does not follow "
+                               f"(it follows the headers read with the kernel's own flags, "
+                               f"{shlex.join(self.flags)}): declare these flags in @cpp(flags=...)")
         call = {"symbol": self.symbol, "device": "cuda" if self.cuda else "cpu"}
         (workdir / "call.json").write_text(json.dumps(call))
         table = table_of(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from golden_tasks.cpp import CppArtifact, c_scalar  # the submodule first: `golden_tasks.cpp` must stay the decorator
+from golden_tasks.cpp import CppArtifact, c_scalar, prerequisites  # the submodule first: `golden_tasks.cpp` must stay the decorator
 from golden_tasks import CompileError, In, Out, Scalar, ScalarSpec, SpecError, TensorSpec, cpp
 from golden_tasks.errors import StageFailed
 from golden_tasks.fingerprint import Fingerprinter, parts
@@ -132,8 +132,8 @@ def test_compiler_error_is_the_command_and_its_diagnostics(project, tmp_path):
     with pytest.raises(CompileError) as info:
         kernel.compile(stamped(kernel, axpy_specs()), {}, tmp_path)
     message = str(info.value)
-    assert message.splitlines()[0].endswith(f"-shared -fPIC -O3 -march=native -fopenmp -o {tmp_path}/kernel.so "
-                                            f"{tmp_path}/axpy.cpp")
+    assert message.splitlines()[0].endswith(f"-shared -fPIC -O3 -march=native -fopenmp -MD -o {tmp_path}/kernel.so "
+                                            f"-MF {tmp_path}/kernel.d -MT kernel {tmp_path}/axpy.cpp")
     assert "axpy.cpp:3:9: error: expected ';' before '}' token" in message and "Traceback" not in message
 
 
@@ -212,12 +212,76 @@ def test_fingerprint_follows_the_source_and_its_headers(project, tmp_path):
                                            "cuda", "compiler"}
 
 
-def test_headers_found_through_include_dirs_are_followed(project, tmp_path):
-    kernel = project(source=AXPY.replace('"common/scale.h"', "<scale.h>"),
-                     module=MODULE.replace('"axpy.cpp"', '"axpy.cpp", flags=("-O2", "-Icommon")')).axpy
+# A header reached by each way the preprocessor finds one, and how the source reaches it.
+HEADERS = {"-include": "pre/pre.h", "-isystem": "sys/s.h", "-iquote": "quote/q.h", "-I": "inc/i.h",
+           "#include MACRO": "computed.h", "a header's #include, a name with a space": "inc/nested header.h"}
+SEARCHED = '#include <vector>\n#include <omp.h>\n#include "q.h"\n#include <s.h>\n#include <i.h>\n' \
+           '#define HEADER "computed.h"\n#include HEADER\n' + AXPY
+SEARCH_FLAGS = '("-O1", "-fopenmp", "-include", "pre/pre.h", "-isystem", "sys", "-iquote", "quote", "-Iinc")'
+
+
+@pytest.fixture
+def searching(project, tmp_path):
+    """axpy including a header through each of HEADERS, compiled with SEARCH_FLAGS; unrelated.h beside it."""
+    for name in [*HEADERS.values(), "unrelated.h"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(f"#pragma once\n// {name}\n")  # GCC skips a #pragma once file that equals one read
+    (tmp_path / "inc" / "i.h").write_text('#pragma once\n#include "nested header.h"\n')
+    return project(source=SEARCHED, module=MODULE.replace('"axpy.cpp"', f'"axpy.cpp", flags={SEARCH_FLAGS}')).axpy
+
+
+def test_fingerprint_hashes_what_the_compiler_reads_and_no_system_header(searching, tmp_path):
+    fp = Fingerprinter()
+    base = fp(searching)
+    expected = {"axpy.cpp", "common/scale.h", *HEADERS.values()}
+    assert fp.files == {str(tmp_path / f) for f in expected} and not fp.volatile
+    # <vector>, <omp.h> and the implicit <stdc-predef.h> are the toolchain's: not in the token
+    assert {k for k in parts(searching) if k.startswith("file ")} == {f"file {f}" for f in expected}
+    (tmp_path / "unrelated.h").write_text("#error not included\n")
+    assert Fingerprinter()(searching) == base
+
+
+@pytest.mark.parametrize("reached_by", HEADERS)
+def test_editing_a_header_changes_the_fingerprint(searching, tmp_path, reached_by):
+    base = Fingerprinter()(searching)
+    with (tmp_path / HEADERS[reached_by]).open("a") as f:
+        f.write("static const int edited = 1;\n")
+    assert Fingerprinter()(searching) != base
+
+
+def test_dependency_rules_are_parsed_as_make_reads_them():
+    rule = "kernel : a.cpp x\\ y.h h\\#a$$b.h \\\n  two\\\\\\ slashes.h ends\\\\ next.h\tc\\d.h\n"
+    assert prerequisites(rule) == ["a.cpp", "x y.h", "h#a$b.h", "two\\ slashes.h", "ends\\", "next.h", "c\\d.h"]
+
+
+@pytest.mark.parametrize("broken", ["compiler", "header"])
+def test_unknown_headers_make_a_volatile_fingerprint_and_a_compile_error(project, tmp_path, monkeypatch, broken):
+    if broken == "compiler":
+        monkeypatch.setenv("CXX", "no-such-compiler-gt")
+        kernel, message = project().axpy, "cannot run no-such-compiler-gt -shared"
+    else:
+        kernel = project(source=AXPY.replace("common/scale.h", "common/nowhere.h")).axpy
+        message = "fatal error: common/nowhere.h: No such file or directory"
     fp = Fingerprinter()
     fp(kernel)
-    assert str(tmp_path / "common" / "scale.h") in fp.files
+    assert fp.files == {str(tmp_path / "axpy.cpp")}
+    assert len(fp.volatile) == 1 and fp.volatile[0].startswith("kernel axpy: cannot tell which headers it reads: ")
+    assert message in fp.volatile[0]
+    result = golden_tasks.run(fn=kernel, specs=axpy_specs, golden=golden_axpy)
+    assert not result.passed and result.stages["compile"] == "FAILED"
+    assert message in result.error and "Traceback" not in result.error
+
+
+def test_flags_override_reaching_an_unhashed_header_is_refused(project, tmp_path):
+    (tmp_path / "alt").mkdir()
+    (tmp_path / "alt" / "scale.h").write_text(SCALE_H.replace("return a;", "return 2 * a;"))
+    kernel = project(source=AXPY.replace('"common/scale.h"', "<scale.h>"),
+                     module=MODULE.replace('"axpy.cpp"', '"axpy.cpp", flags=("-O1", "-Icommon")')).axpy
+    specs = stamped(kernel, axpy_specs())
+    kernel.compile(specs, {"flags": ["-O2", "-Icommon"]}, tmp_path)  # other flags, the same headers
+    with pytest.raises(CompileError, match=r"^kernel axpy: with flags -O1 -Ialt the compiler reads alt/scale\.h, "
+                                           r"which the cache key does not follow .*in @cpp\(flags=\.\.\.\)$"):
+        kernel.compile(specs, {"flags": ["-O1", "-Ialt"]}, tmp_path)
 
 
 def test_missing_source_fails_the_plan(project, tmp_path):
@@ -270,6 +334,7 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "cudamod", raising=False)
     kernel = importlib.import_module("cudamod").scale
     assert kernel.cuda and kernel.flags == ("-O3",)
+    assert [k for k in parts(kernel) if k.startswith("file ")] == ["file scale.cu"]  # not <cuda_runtime.h>
     specs = [TensorSpec("x", (300,), F32), TensorSpec("out", (300,), F32), ScalarSpec("a", F32, 2.0),
              ScalarSpec("n", I64, 300)]
     artifact = kernel.compile(stamped(kernel, specs), {}, tmp_path)
