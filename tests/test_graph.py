@@ -47,3 +47,72 @@ def test_upstream_digest_change_changes_downstream_key(tmp_path):
 
 def test_pipeline_version_is_stable():
     assert graph.pipeline_version() == graph.pipeline_version()
+
+
+def key_of(stage, plan, store):
+    """The stage's key, its upstream committed first with the same (empty) outputs whatever the plan:
+    only the plan's own contribution to the key can differ."""
+    for name in stage.reads:
+        upstream = graph.BY_NAME[name]
+        store.commit(name, key_of(upstream, plan, store), plan["case"], {}, {}, {})
+    return graph.resolve(stage, plan, store)[0]
+
+
+def keys_differ(stage_name, edit, tmp_path):
+    """Whether editing the plan (a dict update) changes the stage's key."""
+    store, stage = Store(tmp_path), graph.BY_NAME[stage_name]
+    return key_of(stage, PLAN, store) != key_of(stage, {**PLAN, **edit}, store)
+
+
+def test_scalar_values_enter_the_compile_key(tmp_path):
+    """AOTInductor compiles scalar values in as constants."""
+    scalar = {"name": "eps", "kind": "scalar", "shape": [], "dtype": "float32"}
+    assert keys_differ("compile", {"signature": [{**scalar, "value": 2.0}]}, tmp_path)
+
+
+def test_the_golden_key_follows_the_specs_and_seed(tmp_path):
+    """The golden fills pure Outs from their init_value, seeded: neither reaches it through inputs."""
+    out = {"name": "o", "kind": "tensor", "shape": [2], "dtype": "float32", "init": "nan-marker"}
+    assert keys_differ("golden", {"specs": [out]}, tmp_path)
+    assert keys_differ("golden", {"seed": 1}, tmp_path)
+
+
+def test_declared_reads_enter_every_stage_that_runs_user_code(tmp_path):
+    external = {"external": {"files": {"table.bin": {"table.bin": "d1"}}, "env": {}}}
+    assert not keys_differ("abi", external, tmp_path)
+    for stage in ("compile", "inputs", "golden", "dispatch", "validate", "bench"):
+        assert keys_differ(stage, external, tmp_path), stage
+
+
+def test_a_nonce_changes_every_key(tmp_path):
+    for stage in graph.STAGES:
+        assert keys_differ(stage.name, {"nonce": "n1"}, tmp_path), stage.name
+
+
+def test_a_stage_sees_only_the_plan_fields_its_key_covers(tmp_path, monkeypatch):
+    seen = {}
+
+    def spy(case, plan, workdir, **upstream):
+        seen.update(plan)
+        return graph.importlib.import_module("golden_tasks.stages").Outputs(meta={"table": []})
+    monkeypatch.setattr(graph.importlib.import_module("golden_tasks.stages.abi"), "run", spy)
+    graph.execute(graph.BY_NAME["abi"], {**PLAN, "timeout": 1.0}, Store(tmp_path))
+    assert set(seen) == {"case", "timeout", "params", "signature"}
+
+
+def test_a_waiting_computation_finds_the_entry_made_while_it_waited(tmp_path):
+    store = Store(tmp_path)
+    key, _ = graph.resolve(graph.BY_NAME["abi"], PLAN, store)
+    with store.computing("abi", key):
+        store.commit("abi", key, "c", {}, {"table": ["made by the lock holder"]}, {})
+    entry, ran = graph.execute(graph.BY_NAME["abi"], PLAN, store)
+    assert not ran and entry.meta == {"table": ["made by the lock holder"]}
+
+
+def test_a_replaced_entry_is_read_again(tmp_path):
+    """Another process may recompute a dropped entry under the same key, with another digest."""
+    store = Store(tmp_path)
+    first = commit(store, "abi", PLAN, {"table": [1]})
+    assert store.get("abi", first.key).digest == first.digest
+    other = Store(tmp_path).commit("abi", first.key, "c", {}, {"table": [2]}, {})
+    assert store.get("abi", first.key).digest == other.digest != first.digest
