@@ -9,8 +9,15 @@ comparator. The parameterised ones are frozen dataclasses with plain fields, so
 they pickle into policy.pkl and fingerprint by their field values; their
 lowercase names are the classes, called with the settings:
 `compare={"o": ratio_allclose(max_error_ratio=1e-3)}`.
+
+Integer and bool outputs are judged exactly: the policy's rtol and atol are
+float tolerances and do not apply to them, differences are taken in integers
+(never through float64, where 2**53 + 1 == 2**53), and reports print their
+values exactly. A tolerance for one is opt-in: `Allclose(atol=1)`. An output
+whose dtype differs from its golden's fails.
 """
 import dataclasses
+import functools
 import math
 
 import torch
@@ -27,7 +34,7 @@ class Sides:
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """How a case's outputs are judged: default tolerances and per-output comparators."""
+    """How a case's outputs are judged: default float tolerances and per-output comparators."""
     rtol: float
     atol: float
     ignore_nan: bool = False
@@ -71,106 +78,170 @@ def _coords(flat_index: int, shape) -> tuple:
     return tuple(reversed(coords))
 
 
-def _describe(i, shape, a, e) -> str:
-    abs_err = abs(a - e)
-    rel = abs_err / abs(e) if e != 0 else float("inf") if abs_err else 0.0
-    return f"{_coords(i, shape)}: actual {a:.6g}, expected {e:.6g}, abs err {abs_err:.3g}, rel err {rel:.3g}"
+def _num(x, digits: int = 6) -> str:
+    """A value for a report: an integer exactly (2**53 + 1 stays itself), a float to `digits` significant digits."""
+    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
 
 
-def _shape_mismatch(name, actual, expected):
-    """A failing Comparison when the shapes differ, else None."""
-    if tuple(actual.shape) == tuple(expected.shape):
-        return None
-    return Comparison(name, False, f"output {name!r}: shape {tuple(actual.shape)} "
-                                   f"!= golden shape {tuple(expected.shape)}")
+def _exact(t: torch.Tensor) -> bool:
+    """Whether t is an integer or bool tensor: indices, counts, flags, not measurements, so exact by default."""
+    return not t.is_floating_point()
 
 
-def _flat(t):
-    return t.detach().double().reshape(-1)
+def _widen(t: torch.Tensor) -> torch.Tensor:
+    """t as float64, or an integer/bool t as int64: every value kept exactly (bool as 0/1)."""
+    t = t.detach()
+    return t.double() if t.is_floating_point() else t.long()
 
 
-def _considered(e, ignore_nan: bool):
-    """The points that are judged: all, or those where the golden is not NaN."""
-    return ~torch.isnan(e) if ignore_nan else torch.ones_like(e, dtype=torch.bool)
+_INT64_MAX = torch.iinfo(torch.int64).max
+_TINY = torch.finfo(torch.float64).tiny
+_INT_BOUND_CAP = 2.0 ** 62  # an integer bound stays below a saturated gap (2**63 - 1): that one always fails
 
 
-def _all_nan(name, e, considered):
-    """A failing Comparison when ignore_nan leaves nothing of a non-empty golden, else None."""
-    if bool(considered.any()) or not e.numel():
-        return None
-    return Comparison(name, False, f"output {name!r}: golden is NaN everywhere; nothing to compare",
-                      total=e.numel())
+def _gap(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """|a - e| of two `_widen`ed tensors without rounding the values: float64 for floats; for int64, exact up to
+    2**63 - 1 and saturating there (a - e itself can overflow int64)."""
+    if a.is_floating_point():
+        return (a - e).abs()
+    hi, lo = torch.maximum(a, e), torch.minimum(a, e)
+    # where hi - lo would pass 2**63 - 1, raise lo to hi - (2**63 - 1); clamping hi at -1 keeps that in range
+    return hi - torch.maximum(lo, hi.clamp(min=-1) - _INT64_MAX)
 
 
-def _maxima(diff, e, considered) -> tuple:
-    """(max abs err, max rel err) over the considered points where the difference is finite."""
-    finite = considered & torch.isfinite(diff)
-    if not bool(finite.any()):
-        return 0.0, 0.0
-    rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
-    return float(diff[finite].max()), float(rel[finite].max())
+def _bound(e: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
+    """The tolerance atol + rtol * |e| of a `_widen`ed golden, for `_gap(a, e) <= bound`.
+
+    The tolerances are floats, so the bound is evaluated in float64; for an
+    integer golden it is then floored to an int64 (capped at 2**62), which makes
+    the comparison with the integer gap exact.
+    """
+    bound = float(atol) + float(rtol) * e.double().abs()  # float(): an int atol past 2**63 is fine too
+    return bound if e.is_floating_point() else bound.clamp(max=_INT_BOUND_CAP).floor().long()
 
 
 def _excess(diff, bound):
     """How far each point is past its bound; NaN/Inf differences rank worst."""
-    return torch.where(torch.isfinite(diff), diff - bound, torch.tensor(float("inf"), dtype=diff.dtype))
+    over = diff - bound
+    return torch.where(torch.isfinite(diff), over, math.inf) if over.is_floating_point() else over
 
 
-def _listing(bad, score, shape, a, e) -> list:
-    """Report lines for the `bad` flat indices: the one with the highest `score`, then the first few."""
-    worst = int(bad[score[bad].argmax()])
-    lines = [f"  worst at {_describe(worst, shape, float(a[worst]), float(e[worst]))}", "  first mismatches:"]
-    return lines + [f"    {_describe(int(i), shape, float(a[i]), float(e[i]))}" for i in bad[:FIRST_MISMATCHES]]
+def _mismatch(name: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """Why the pair cannot be compared (shapes or dtypes differ, a dtype the comparators cannot read), else None."""
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"output {name!r}: shape {tuple(actual.shape)} != golden shape {tuple(expected.shape)}"
+    if actual.dtype != expected.dtype:
+        return f"output {name!r}: dtype {actual.dtype} != golden dtype {expected.dtype}"
+    # torch has no uint64 arithmetic, and double() would drop a complex output's imaginary part
+    if expected.dtype == torch.uint64 or expected.is_complex():
+        return f"output {name!r}: dtype {expected.dtype} is not supported by the comparators"
+    return None
 
 
-def _nonfinite(a, e, considered, shape) -> list:
-    """Hard-failure lines for NaN/Inf among the considered points, one per side that has any."""
-    lines = []
-    for side, t in (("actual", a), ("golden", e)):
-        where = (considered & ~torch.isfinite(t)).nonzero().reshape(-1)
-        if where.numel():
-            first = ", ".join(str(_coords(int(i), shape)) for i in where[:FIRST_MISMATCHES])
-            lines.append(f"  hard failure: {where.numel()} NaN/Inf in the {side}, first at {first}")
-    return lines
+@dataclasses.dataclass(frozen=True)
+class _Flat:
+    """An output and its golden `_widen`ed and flattened, with the points that are judged (`considered`)."""
+    shape: tuple
+    a: torch.Tensor
+    e: torch.Tensor
+    considered: torch.Tensor
+
+    @classmethod
+    def of(cls, actual, expected, ignore_nan: bool) -> "_Flat":
+        """The pair, judging every point, or with ignore_nan those where the golden is not NaN."""
+        a, e = _widen(actual).reshape(-1), _widen(expected).reshape(-1)
+        return cls(tuple(expected.shape), a, e, ~torch.isnan(e) if ignore_nan else torch.ones_like(e, dtype=torch.bool))
+
+    @functools.cached_property
+    def gap(self) -> torch.Tensor:
+        return _gap(self.a, self.e)
+
+    @property
+    def total(self) -> int:
+        return int(self.considered.sum())
+
+    def maxima(self) -> tuple:
+        """(max abs err, max rel err) over the considered points where the difference is finite."""
+        finite = self.considered & torch.isfinite(self.gap)
+        if not bool(finite.any()):
+            return 0.0, 0.0
+        gap = self.gap[finite].double()
+        return float(gap.max()), float((gap / self.e[finite].double().abs().clamp_min(_TINY)).max())
+
+    def describe(self, i: int) -> str:
+        """Point i: coordinates, values and errors (integers exact: Python ints)."""
+        a, e = self.a[i].item(), self.e[i].item()
+        abs_err = abs(a - e)
+        rel = abs_err / abs(e) if e != 0 else math.inf if abs_err else 0.0
+        return (f"{_coords(i, self.shape)}: actual {_num(a)}, expected {_num(e)}, abs err {_num(abs_err, 3)}, "
+                f"rel err {rel:.3g}")
+
+    def listing(self, bad, score) -> list:
+        """Report lines for the `bad` flat indices: the one with the highest `score`, then the first few."""
+        worst = int(bad[score[bad].argmax()])
+        return ([f"  worst at {self.describe(worst)}", "  first mismatches:"]
+                + [f"    {self.describe(int(i))}" for i in bad[:FIRST_MISMATCHES]])
+
+    def nonfinite(self) -> list:
+        """Hard-failure lines for NaN/Inf among the considered points, one per side that has any."""
+        lines = []
+        for side, t in (("actual", self.a), ("golden", self.e)):
+            where = (self.considered & ~torch.isfinite(t)).nonzero().reshape(-1)
+            if where.numel():
+                first = ", ".join(str(_coords(int(i), self.shape)) for i in where[:FIRST_MISMATCHES])
+                lines.append(f"  hard failure: {where.numel()} NaN/Inf in the {side}, first at {first}")
+        return lines
 
 
-def _settings(comparator, policy) -> tuple:
-    """(rtol, atol, ignore_nan): the comparator's own, or the policy's where it has None."""
-    return tuple(getattr(policy, k) if getattr(comparator, k) is None else getattr(comparator, k)
-                 for k in ("rtol", "atol", "ignore_nan"))
+def _pair(name: str, actual: torch.Tensor, expected: torch.Tensor, ignore_nan: bool) -> "_Flat | Comparison":
+    """The `_Flat` pair, or the failing Comparison when it cannot be judged: `_mismatch`, or ignore_nan leaving
+    nothing of a non-empty golden."""
+    if problem := _mismatch(name, actual, expected):
+        return Comparison(name, False, problem)
+    pair = _Flat.of(actual, expected, ignore_nan)
+    if pair.e.numel() and not bool(pair.considered.any()):
+        return Comparison(name, False, f"output {name!r}: golden is NaN everywhere; nothing to compare",
+                          total=pair.e.numel())
+    return pair
+
+
+def _settings(comparator, policy, exact: bool) -> tuple:
+    """(rtol, atol, ignore_nan): the comparator's own, or the policy's where it has None; the policy's rtol and
+    atol are float tolerances, so an `exact` (integer or bool) output takes 0 for them instead."""
+    fallback = {"rtol": 0.0 if exact else policy.rtol, "atol": 0.0 if exact else policy.atol,
+                "ignore_nan": policy.ignore_nan}
+    return tuple(fallback[k] if getattr(comparator, k) is None else getattr(comparator, k) for k in fallback)
 
 
 @dataclasses.dataclass(frozen=True)
 class Allclose:
     """|actual - expected| <= atol + rtol * |expected| everywhere; NaN fails unless ignored.
 
-    Arguments left as None take the case's policy.
+    Arguments left as None take the case's policy, except that an integer or
+    bool output takes rtol = atol = 0 (the policy's are float tolerances): it
+    must equal its golden exactly unless this comparator sets a tolerance,
+    which then bounds the exact integer difference (see `_bound`).
     """
     rtol: float = None
     atol: float = None
     ignore_nan: bool = None
 
     def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
-        rtol, atol, ignore_nan = _settings(self, policy)
-        if failed := _shape_mismatch(name, actual, expected):
-            return failed
-        shape = tuple(expected.shape)
-        a, e = _flat(actual), _flat(expected)
-        considered = _considered(e, ignore_nan)
-        if failed := _all_nan(name, e, considered):
-            return failed
-        diff = (a - e).abs()
-        bound = atol + rtol * e.abs()
+        rtol, atol, ignore_nan = _settings(self, policy, _exact(expected))
+        pair = _pair(name, actual, expected, ignore_nan)
+        if isinstance(pair, Comparison):
+            return pair
+        a, e, diff, bound = pair.a, pair.e, pair.gap, _bound(pair.e, rtol, atol)
         # an infinite golden matches only the same infinity (its tolerance would be infinite)
-        ok = ((diff <= bound) & torch.isfinite(e)) | (torch.isinf(e) & (a == e)) | ~considered
-        max_abs, max_rel = _maxima(diff, e, considered)
+        ok = ((diff <= bound) & torch.isfinite(e)) | (torch.isinf(e) & (a == e)) | ~pair.considered
+        max_abs, max_rel = pair.maxima()
         bad = (~ok).nonzero().reshape(-1)
-        total = int(considered.sum())
+        total = pair.total
         if bad.numel() == 0:
             return Comparison(name, True, f"output {name!r}: {total} elements within rtol={rtol:g} atol={atol:g}",
                               max_abs, max_rel, 0, total)
         lines = [f"output {name!r}: {bad.numel()}/{total} elements mismatched (rtol={rtol:g}, atol={atol:g})"]
-        lines += _listing(bad, _excess(diff, bound), shape, a, e)
+        lines += pair.listing(bad, _excess(diff, bound))
         return Comparison(name, False, "\n".join(lines), max_abs, max_rel, bad.numel(), total)
 
 
@@ -196,7 +267,7 @@ def _tail_line(actual, axis, rows):
     where[:, axis] += rows  # tail coordinates -> full-tensor coordinates
     first = tuple(where[0].tolist())
     return (f"  {len(where)}/{tail.numel()} elements of the tail (index >= {rows} along axis {axis}) are not 0, "
-            f"first at {first}: {float(actual[first]):.6g}")
+            f"first at {first}: {_num(actual[first].item())}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +282,8 @@ class RatioAllclose:
     None). Hard failures, whatever the ratio: NaN/Inf among the compared points
     on either side. `ignore_nan` drops the points where the golden is NaN and
     fails when that leaves nothing of a non-empty region. rtol, atol and
-    ignore_nan left as None take the case's policy.
+    ignore_nan left as None take the case's policy, rtol and atol as in
+    `Allclose` (an integer or bool output takes 0: exact).
     stats: error_ratio, bad, considered, max_abs, max_rel.
     """
     atol: float = None
@@ -223,9 +295,9 @@ class RatioAllclose:
     ignore_nan: bool = None
 
     def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
-        rtol, atol, ignore_nan = _settings(self, policy)
-        if failed := _shape_mismatch(name, actual, expected):
-            return failed
+        rtol, atol, ignore_nan = _settings(self, policy, _exact(expected))
+        if problem := _mismatch(name, actual, expected):
+            return Comparison(name, False, problem)
         if self.valid_rows is None:
             return self._ratio(name, actual, expected, rtol, atol, ignore_nan)
         leading = _leading(name, tuple(expected.shape), self.valid_rows, self.valid_axis)
@@ -244,24 +316,21 @@ class RatioAllclose:
         return result
 
     def _ratio(self, name, actual, expected, rtol, atol, ignore_nan) -> Comparison:
-        shape = tuple(expected.shape)
-        a, e = _flat(actual), _flat(expected)
-        considered = _considered(e, ignore_nan)
-        if failed := _all_nan(name, e, considered):
-            return failed
-        diff = (a - e).abs()
-        bound = atol + rtol * e.abs()
-        bad = (considered & ~(diff <= bound)).nonzero().reshape(-1)  # a NaN difference is bad too
-        total = int(considered.sum())
+        pair = _pair(name, actual, expected, ignore_nan)
+        if isinstance(pair, Comparison):
+            return pair
+        diff, bound = pair.gap, _bound(pair.e, rtol, atol)
+        bad = (pair.considered & ~(diff <= bound)).nonzero().reshape(-1)  # a NaN difference is bad too
+        total = pair.total
         ratio = bad.numel() / total if total else 0.0
         within = ratio <= self.max_error_ratio
-        hard = _nonfinite(a, e, considered, shape)
-        max_abs, max_rel = _maxima(diff, e, considered)
+        hard = pair.nonfinite()
+        max_abs, max_rel = pair.maxima()
         lines = [f"output {name!r}: {bad.numel()}/{total} elements ({ratio:.3%}) outside atol={atol:g} rtol={rtol:g}, "
                  f"{'within' if within else 'above'} max_error_ratio {self.max_error_ratio * 100:g}%", *hard]
         passed = within and not hard
         if not passed and bad.numel():
-            lines += _listing(bad, _excess(diff, bound), shape, a, e)
+            lines += pair.listing(bad, _excess(diff, bound))
         stats = {"error_ratio": ratio, "bad": bad.numel(), "considered": total, "max_abs": max_abs, "max_rel": max_rel}
         return Comparison(name, passed, "\n".join(lines), max_abs, max_rel, bad.numel(), total, stats)
 
@@ -287,17 +356,13 @@ class RatioReldiff:
     floor: float = 1e-3
 
     def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
-        if failed := _shape_mismatch(name, actual, expected):
-            return failed
-        shape = tuple(expected.shape)
-        a, e = _flat(actual), _flat(expected)
-        considered = _considered(e, policy.ignore_nan)
-        if failed := _all_nan(name, e, considered):
-            return failed
-        diff = (a - e).abs()
-        rd = diff / e.abs().clamp_min(self.floor)
+        pair = _pair(name, actual, expected, policy.ignore_nan)
+        if isinstance(pair, Comparison):
+            return pair
+        considered = pair.considered
+        rd = pair.gap.double() / pair.e.double().abs().clamp_min(self.floor)  # the exact gap, then the ratio
         over = (considered & ~(rd <= self.diff_thd)).nonzero().reshape(-1)  # a NaN rd is over too
-        total = int(considered.sum())
+        total = pair.total
         pct = over.numel() / total if total else 0.0
         within = pct <= self.pct_thd
         lines = [f"output {name!r}: {over.numel()}/{total} elements ({pct:.3%}) with relative difference above "
@@ -308,12 +373,12 @@ class RatioReldiff:
         if max_rd > self.max_diff_hd:
             worst = int(torch.where(finite, rd, -1.0).argmax())
             lines.append(f"  hard failure: relative difference {max_rd:.3g} above max_diff_hd {self.max_diff_hd:g} "
-                         f"at {_describe(worst, shape, float(a[worst]), float(e[worst]))}")
-        lines += _nonfinite(a, e, considered, shape)
+                         f"at {pair.describe(worst)}")
+        lines += pair.nonfinite()
         passed = within and len(lines) == 1
         if not passed and over.numel():
-            lines += _listing(over, rd.nan_to_num(nan=float("inf")), shape, a, e)
-        max_abs, max_rel = _maxima(diff, e, considered)
+            lines += pair.listing(over, rd.nan_to_num(nan=float("inf")))
+        max_abs, max_rel = pair.maxima()
         return Comparison(name, passed, "\n".join(lines), max_abs, max_rel, over.numel(), total,
                           {"pct_over": pct, "max_reldiff": max_rd})
 
@@ -329,7 +394,7 @@ def _duplicate_lines(idx) -> list:
     if not len(rows):
         return []
     first = tuple(rows[0].tolist())
-    index = int(ordered[first][1:][twice[first]][0])
+    index = _num(ordered[first][1:][twice[first]][0].item())
     return [f"  hard failure: {len(rows)} rows of the actual hold an index twice, first row {first} (index {index})"]
 
 
@@ -345,8 +410,11 @@ class TopkPairCompare:
     value (another element of the boundary score was picked). Hard failures:
     padding on one side only (never a tie), an actual row holding a
     non-negative index twice, `vals_name` missing from either side's outputs,
-    any of the four shapes differing. The values themselves are judged by their
-    own output's comparator. stats: ties (accepted), differ (rejected).
+    any of the four shapes differing, the two sides' dtypes differing (indices
+    or values). Indices compare exactly, and integer values tie only within
+    the exact integer bound of `_bound` (rtol = atol = 0: equal). The values
+    themselves are judged by their own output's comparator. stats: ties
+    (accepted), differ (rejected).
     """
     vals_name: str
     rtol: float = 0.0
@@ -363,11 +431,12 @@ class TopkPairCompare:
             return Comparison(name, False, f"output {name!r}: needs one shape with a last axis of k positions; "
                                            f"actual {shapes[0]}, golden {shapes[1]}, {self.vals_name!r} actual "
                                            f"{shapes[2]}, golden {shapes[3]}")
-        a_idx, e_idx = actual.detach().long(), expected.detach().long()
-        a_val, e_val = a_val.detach().double(), e_val.detach().double()
+        if problem := _mismatch(name, actual, expected) or _mismatch(self.vals_name, a_val, e_val):
+            return Comparison(name, False, problem)
+        a_idx, e_idx, a_val, e_val = (_widen(t) for t in (actual, expected, a_val, e_val))
 
         def tied(x, y):
-            return (x - y).abs() <= self.atol + self.rtol * y.abs()
+            return _gap(x, y) <= _bound(y, self.rtol, self.atol)
 
         differ = a_idx != e_idx
         padding = (a_idx == -1) != (e_idx == -1)
@@ -375,7 +444,8 @@ class TopkPairCompare:
         match = e_idx.unsqueeze(-2) == a_idx.unsqueeze(-1)
         found = match.any(-1)
         golden_there = e_val.gather(-1, match.int().argmax(-1))
-        boundary = torch.where(e_idx >= 0, e_val, float("inf")).amin(-1, keepdim=True).expand_as(e_val)
+        top = math.inf if e_val.is_floating_point() else _INT64_MAX  # a padded slot is never the boundary
+        boundary = torch.where(e_idx >= 0, e_val, top).amin(-1, keepdim=True).expand_as(e_val)
         tie = torch.where(found, tied(golden_there, e_val), tied(a_val, e_val) & tied(e_val, boundary))
         wrong = differ & (padding | ~tie)
         n, m, ties = a_idx.numel(), int(wrong.sum()), int((differ & ~wrong).sum())
@@ -389,8 +459,8 @@ class TopkPairCompare:
                  f"{self.vals_name!r} {tolerance}", *hard]
         for at in wrong.nonzero()[:FIRST_MISMATCHES].tolist():
             at = tuple(at)
-            lines.append(f"    {at}: actual index {int(a_idx[at])}, expected index {int(e_idx[at])}, actual value "
-                         f"{float(a_val[at]):.6g}, expected value {float(e_val[at]):.6g}"
+            lines.append(f"    {at}: actual index {_num(a_idx[at].item())}, expected index {_num(e_idx[at].item())}, "
+                         f"actual value {_num(a_val[at].item())}, expected value {_num(e_val[at].item())}"
                          + (" (padding on one side only)" if padding[at] else ""))
         return Comparison(name, False, "\n".join(lines), mismatches=m, total=n, stats=stats)
 
@@ -423,8 +493,9 @@ class ErrorDistribution:
     threshold, and the given percentiles of |a - e|. With a judge, the verdict
     and message are the judge's with the distribution appended and stats
     merged; without one it passes with a message starting "measured only (no
-    verdict):". A shape mismatch always fails. stats: rel_l2, cosine, finite,
-    excluded, rel_err_over_<t>, abs_err_p<p>.
+    verdict):". A shape or dtype mismatch always fails. The figures are
+    float64, from the difference taken exactly first (integers: `_gap`).
+    stats: rel_l2, cosine, finite, excluded, rel_err_over_<t>, abs_err_p<p>.
     """
     judge: object = None
     thresholds: tuple = (1e-3, 1e-2, 1e-1)
@@ -435,34 +506,31 @@ class ErrorDistribution:
             raise ValueError(f"percentiles must lie in 0..100, got {self.percentiles}")
 
     def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
-        if failed := _shape_mismatch(name, actual, expected):
-            return failed
-        stats, line = self._measure(actual, expected, policy.ignore_nan)
+        if problem := _mismatch(name, actual, expected):
+            return Comparison(name, False, problem)
+        pair = _Flat.of(actual, expected, policy.ignore_nan)
+        stats, line = self._measure(pair)
         if self.judge is None:
-            a, e = _flat(actual), _flat(expected)
-            max_abs, max_rel = _maxima((a - e).abs(), e, _considered(e, policy.ignore_nan))
+            max_abs, max_rel = pair.maxima()
             return Comparison(name, True, f"measured only (no verdict): output {name!r}: {line}", max_abs, max_rel,
                               total=stats["finite"], stats=stats)
         verdict = self.judge(name, actual, expected, policy, outputs)
         return dataclasses.replace(verdict, message=f"{verdict.message}\n  distribution: {line}",
                                    stats={**stats, **verdict.stats})
 
-    def _measure(self, actual, expected, ignore_nan) -> tuple:
+    def _measure(self, pair: _Flat) -> tuple:
         """(stats, one-line summary) of the error distribution."""
-        a, e = _flat(actual), _flat(expected)
-        considered = _considered(e, ignore_nan)
-        finite = considered & torch.isfinite(a) & torch.isfinite(e)
-        a, e = a[finite], e[finite]
-        diff = (a - e).abs()
+        finite = pair.considered & torch.isfinite(pair.a) & torch.isfinite(pair.e)
+        a, e, diff = (t[finite].double() for t in (pair.a, pair.e, pair.gap))
         a_norm, e_norm = float(a.norm()), float(e.norm())
         cosine = (1.0 if a_norm == e_norm == 0 else
                   max(-1.0, min(1.0, _quotient(float(a @ e), a_norm * e_norm))))  # rounding can pass 1
-        rel = diff / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+        rel = diff / e.abs().clamp_min(_TINY)
         over = {t: float((rel > t).double().mean()) if rel.numel() else 0.0 for t in self.thresholds}
         ordered = diff.sort().values
         pcts = {p: _percentile(ordered, p) for p in self.percentiles}
         stats = {"rel_l2": _quotient(float(diff.norm()), e_norm), "cosine": cosine, "finite": a.numel(),
-                 "excluded": int((considered & ~finite).sum()),
+                 "excluded": int((pair.considered & ~finite).sum()),
                  **{f"rel_err_over_{t:g}": f for t, f in over.items()},
                  **{f"abs_err_p{p:g}": v for p, v in pcts.items()}}
         excluded = f", {stats['excluded']} NaN/Inf excluded" if stats["excluded"] else ""

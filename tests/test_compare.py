@@ -69,6 +69,125 @@ def test_bf16_outputs_are_compared_in_double():
     assert judge(allclose, e.clone(), e).passed
 
 
+
+# integer and bool outputs
+
+BIG = 2**53  # float64 cannot tell BIG from BIG + 1
+I64_MAX, I64_MIN = torch.iinfo(torch.int64).max, torch.iinfo(torch.int64).min
+
+
+def ints(*values, dtype=torch.int64):
+    return torch.tensor(values, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_an_index_off_by_one_fails_at_the_default_rtol(dtype):
+    r = judge(allclose, ints(7, 100001, dtype=dtype), ints(7, 100000, dtype=dtype), Policy(rtol=1e-5, atol=1e-8))
+    assert not r.passed and r.message.splitlines()[:2] == [
+        "output 'o': 1/2 elements mismatched (rtol=0, atol=0)",
+        "  worst at (1,): actual 100001, expected 100000, abs err 1, rel err 1e-05"]
+    assert not judge(allclose, ints(127, dtype=torch.int8), ints(126, dtype=torch.int8), Policy(1e-2, 0.5)).passed
+
+
+@pytest.mark.parametrize("comparator, policy", [(allclose, Policy(1e-3, 1e-5)), (allclose, Policy(0, 0)),
+                                                (Allclose(rtol=0, atol=0), POLICY)])
+def test_int64_past_2_53_differing_by_one_fails(comparator, policy):
+    r = judge(comparator, ints(BIG + 1), ints(BIG), policy)
+    assert not r.passed and "(0,): actual 9007199254740993, expected 9007199254740992, abs err 1, rel err 1.11e-16" \
+        in r.message
+    assert (r.max_abs, r.mismatches) == (1.0, 1)
+    assert judge(comparator, ints(BIG + 1), ints(BIG + 1), policy).passed
+
+
+def test_bool_outputs_compare_exactly():
+    e = torch.tensor([True, False, True])
+    assert judge(allclose, e.clone(), e, Policy(rtol=1.0, atol=1.0)).passed
+    r = judge(allclose, torch.tensor([True, True, True]), e, Policy(rtol=1.0, atol=1.0))
+    assert not r.passed and "worst at (1,): actual 1, expected 0, abs err 1" in r.message
+
+
+def test_an_explicit_integer_tolerance_applies_exactly():
+    one = Allclose(atol=1)
+    assert judge(one, ints(2**60 + 1, I64_MAX, I64_MIN + 1, -5), ints(2**60, I64_MAX - 1, I64_MIN, -4)).passed
+    r = judge(one, ints(2**60 + 2, I64_MAX, I64_MIN), ints(2**60, I64_MAX - 2, I64_MAX))  # float64: 2**60 + 2 == 2**60
+    assert not r.passed and r.mismatches == 3
+    # a - e of MIN and MAX overflows int64: the difference saturates instead, and ranks worst
+    assert r.message.splitlines()[1] == (f"  worst at (2,): actual {I64_MIN}, expected {I64_MAX}, abs err {2**64 - 1}, "
+                                         "rel err 2")
+    assert f"(1,): actual {I64_MAX}, expected {I64_MAX - 2}, abs err 2, rel err 2.17e-19" in r.message
+    assert judge(Allclose(rtol=0.1), ints(110, -90), ints(100, -100)).passed  # floor(0 + 0.1 * |e|)
+    assert not judge(Allclose(rtol=0.1), ints(111), ints(100)).passed
+    huge = Allclose(atol=2**70)  # an integer bound is capped at 2**62: a larger difference always fails
+    assert judge(huge, ints(2**62, -2**62), ints(0, 0)).passed
+    assert not judge(huge, ints(2**62 + 1), ints(0)).passed and not judge(huge, ints(I64_MIN), ints(I64_MAX)).passed
+
+
+def test_ratio_allclose_counts_integer_mismatches_exactly():
+    e = torch.full((1000,), BIG)
+    a = e.clone()
+    a[3] += 1
+    r = judge(ratio_allclose(), a, e)  # one bad point in 1000: within the default 0.5%
+    assert r.passed and r.stats["bad"] == 1 and r.stats["max_abs"] == 1.0
+    r = judge(ratio_allclose(max_error_ratio=0.0), a, e)
+    assert not r.passed and "worst at (3,): actual 9007199254740993, expected 9007199254740992" in r.message
+    assert judge(ratio_allclose(max_error_ratio=0.0, atol=1), a, e).passed
+    r = judge(ratio_allclose(valid_rows=1, zero_tail=True), ints(BIG, BIG + 1), ints(BIG, 0))
+    assert not r.passed and r.message.endswith("first at (1,): 9007199254740993")
+
+
+def test_ratio_reldiff_takes_the_exact_integer_difference():
+    strict = ratio_reldiff(diff_thd=0.0, pct_thd=0.0, max_diff_hd=0.0)
+    r = judge(strict, ints(BIG + 1), ints(BIG))
+    assert not r.passed and r.stats["max_reldiff"] == pytest.approx(2**-53)
+    assert "at (0,): actual 9007199254740993, expected 9007199254740992, abs err 1" in r.message
+    assert judge(strict, ints(BIG + 1), ints(BIG + 1)).passed
+    r = judge(ratio_reldiff(), ints(I64_MIN), ints(I64_MAX))  # the difference saturates at 2**63 - 1, no overflow
+    assert not r.passed and r.stats["max_reldiff"] == 1.0
+
+
+def test_error_distribution_takes_the_exact_integer_difference():
+    r = judge(error_distribution(percentiles=(100,)), ints(BIG + 1, 3), ints(BIG, 3))
+    assert r.passed and r.stats["abs_err_p100"] == 1.0 and r.stats["rel_l2"] == pytest.approx(2**-53)
+    assert (r.max_abs, r.stats["finite"]) == (1.0, 2)
+    r = judge(error_distribution(judge=allclose), ints(BIG + 1, 3), ints(BIG, 3))
+    assert not r.passed and r.message.startswith("output 'o': 1/2 elements mismatched (rtol=0, atol=0)")
+
+
+def test_topk_integer_values_tie_only_exactly_and_indices_print_exactly():
+    e_idx, e_vals = ints(0, 1), ints(BIG + 1, BIG)
+    # index 2 is not in the golden's row: a tie only if its value equals the boundary value BIG
+    assert not judge(topk_pair_compare("scores"), ints(0, 2), e_idx, name="idx",
+                     scores=(ints(BIG + 1, BIG + 1), e_vals)).passed
+    assert judge(topk_pair_compare("scores", atol=1), ints(0, 2), e_idx, name="idx",
+                 scores=(ints(BIG + 1, BIG + 1), e_vals)).passed
+    assert judge(topk_pair_compare("scores"), ints(0, 2), e_idx, name="idx", scores=(e_vals, e_vals)).passed
+    big = ints(BIG, BIG + 1)
+    r = judge(topk_pair_compare("scores"), big.flip(0), big, name="idx", scores=(VALS[0, :2], VALS[0, :2]))
+    assert not r.passed and r.message.splitlines()[1] == (
+        "    (0,): actual index 9007199254740993, expected index 9007199254740992, actual value 5, expected value 5")
+
+
+@pytest.mark.parametrize("comparator", [allclose, ratio_allclose(), ratio_reldiff(), error_distribution(),
+                                        error_distribution(judge=allclose)])
+@pytest.mark.parametrize("actual, expected, text", [
+    (ints(1, dtype=torch.int32), ints(1), "dtype torch.int32 != golden dtype torch.int64"),
+    (torch.ones(1), ints(1), "dtype torch.float32 != golden dtype torch.int64"),
+    (ints(1, dtype=torch.uint64), ints(1, dtype=torch.uint64),
+     "dtype torch.uint64 is not supported by the comparators"),
+    (torch.ones(1, dtype=torch.complex64), torch.ones(1, dtype=torch.complex64),
+     "dtype torch.complex64 is not supported by the comparators"),
+])
+def test_a_dtype_mismatch_or_unsupported_dtype_fails_by_name(comparator, actual, expected, text):
+    r = judge(comparator, actual, expected)
+    assert not r.passed and r.message == f"output 'o': {text}"
+
+
+def test_topk_dtype_mismatch_fails_for_indices_or_values():
+    r = judge(topk_pair_compare("scores"), IDX.int(), IDX, name="idx", scores=(VALS, VALS))
+    assert not r.passed and r.message == "output 'idx': dtype torch.int32 != golden dtype torch.int64"
+    r = judge(topk_pair_compare("scores"), IDX, IDX, name="idx", scores=(VALS.double(), VALS))
+    assert not r.passed and r.message == "output 'scores': dtype torch.float64 != golden dtype torch.float32"
+
 # the protocol
 
 def test_policy_check_hands_every_comparator_all_outputs():
