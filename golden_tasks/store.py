@@ -159,11 +159,15 @@ class Store:
         """The valid entry for (stage, key), or None.
 
         A corrupt entry (an object missing, truncated or altered) is a miss: it
-        is reported, and dropped unless the store is read-only.
+        is reported, and dropped unless it lies in a read-only root. A read-only
+        store finds entries in its root, then in its overlay, and their objects
+        in either.
         """
         entry = None if (stage, key) in self._bad else self._read(stage, key)
+        if entry is None and self.overlay is not None:
+            entry = self.overlay._read(stage, key)
         if entry is None:
-            return self.overlay.get(stage, key) if self.overlay is not None else None
+            return None
         for name, record in entry.objects.items():
             path = self.object_path(record["digest"])
             try:
@@ -191,16 +195,17 @@ class Store:
     def drop(self, corruption: CorruptObject) -> None:
         """Forget a corrupt entry (and its bad objects) so that its stage is recomputed."""
         entry = corruption.entry
-        if self.readonly:
+        owner = self.overlay if self.readonly else self
+        if not owner.entry_path(entry.stage, entry.key).exists() and self.readonly:  # the read-only root's
             self._bad.add((entry.stage, entry.key))
             warn(f"{corruption}; treating it as a miss (read-only cache: left in place)")
             return
         warn(f"{corruption}; dropping it and recomputing")
         for record in entry.objects.values():
             path = self.object_path(record["digest"])
-            if path.exists() and object_problem(path, record):
+            if path.is_relative_to(owner.root) and path.exists() and object_problem(path, record):
                 path.unlink(missing_ok=True)
-        self.entry_path(entry.stage, entry.key).unlink(missing_ok=True)
+        owner.entry_path(entry.stage, entry.key).unlink(missing_ok=True)
 
     def commit(self, stage: str, key: str, case: str, objects: dict, meta: dict, stats: dict,
                recipe: dict = None) -> Entry:
