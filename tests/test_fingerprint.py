@@ -28,23 +28,31 @@ def scale(x):
 '''
 
 
+def _purge():
+    for name in [n for n in sys.modules if n == "fpkg" or n.startswith("fpkg.")]:
+        del sys.modules[name]
+
+
 @pytest.fixture
 def load(tmp_path, monkeypatch):
-    """Write modules under a unique package and import them fresh."""
-    monkeypatch.syspath_prepend(str(tmp_path))
+    """Write modules under package fpkg, in a fresh directory each time, and import them fresh.
+
+    One package name throughout: module names enter fingerprints (refs such as "fpkg.helpers.scale").
+    `files` adds modules by path relative to the package ("sub/__init__.py")."""
     counter = iter(range(1000))
 
-    def _load(source, helpers=HELPERS):
-        pkg = f"fpkg{next(counter)}"
-        (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text("")
-        (tmp_path / pkg / "helpers.py").write_text(textwrap.dedent(helpers))
-        (tmp_path / pkg / "mod.py").write_text(textwrap.dedent(source.format(helpers=f"{pkg}.helpers")))
+    def _load(source, helpers=HELPERS, files=None):
+        root = tmp_path / f"v{next(counter)}"
+        for rel, text in {"__init__.py": "", "helpers.py": helpers, "mod.py": source, **(files or {})}.items():
+            path = root / "fpkg" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text).replace("{helpers}", "fpkg.helpers"))
+        _purge()
+        monkeypatch.syspath_prepend(str(root))
         importlib.invalidate_caches()
-        return importlib.import_module(f"{pkg}.mod")
+        return importlib.import_module("fpkg.mod")
     yield _load
-    for name in [n for n in sys.modules if n.startswith("fpkg")]:
-        del sys.modules[name]
+    _purge()
 
 
 def test_comments_docstrings_and_blank_lines_do_not_change_it(load):
