@@ -158,7 +158,8 @@ def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
         **data,
         "external": external,
         # not in any key: lets `golden-tasks explain` name the function or constant that changed
-        "parts": {"kernel": parts(case.kernel), "golden": parts(case.golden) if case.golden is not None else {}},
+        "parts": {"kernel": parts(case.kernel, fp),
+                  "golden": parts(case.golden, fp) if case.golden is not None else {}},
     }
     if fp.volatile:  # not in any key itself: for_this_run turns it into a nonce
         plan["volatile"] = sorted(set(fp.volatile))

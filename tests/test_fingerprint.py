@@ -1,12 +1,18 @@
 import importlib
+import importlib.metadata
+import inspect
+import json
+import os
+import subprocess
 import sys
 import textwrap
-import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
-from golden_tasks.fingerprint import Fingerprinter, fingerprint
+import golden_tasks
+from golden_tasks.fingerprint import Fingerprinter, fingerprint, parts
 
 BASE = '''
 import torch
@@ -28,23 +34,31 @@ def scale(x):
 '''
 
 
+def _purge():
+    for name in [n for n in sys.modules if n == "fpkg" or n.startswith("fpkg.")]:
+        del sys.modules[name]
+
+
 @pytest.fixture
 def load(tmp_path, monkeypatch):
-    """Write modules under a unique package and import them fresh."""
-    monkeypatch.syspath_prepend(str(tmp_path))
+    """Write modules under package fpkg, in a fresh directory each time, and import them fresh.
+
+    One package name throughout: module names enter fingerprints (refs such as "fpkg.helpers.scale").
+    `files` adds modules by path relative to the package ("sub/__init__.py")."""
     counter = iter(range(1000))
 
-    def _load(source, helpers=HELPERS):
-        pkg = f"fpkg{next(counter)}"
-        (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text("")
-        (tmp_path / pkg / "helpers.py").write_text(textwrap.dedent(helpers))
-        (tmp_path / pkg / "mod.py").write_text(textwrap.dedent(source.format(helpers=f"{pkg}.helpers")))
+    def _load(source, helpers=HELPERS, files=None):
+        root = tmp_path / f"v{next(counter)}"
+        for rel, text in {"__init__.py": "", "helpers.py": helpers, "mod.py": source, **(files or {})}.items():
+            path = root / "fpkg" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text).replace("{helpers}", "fpkg.helpers"))
+        _purge()
+        monkeypatch.syspath_prepend(str(root))
         importlib.invalidate_caches()
-        return importlib.import_module(f"{pkg}.mod")
+        return importlib.import_module("fpkg.mod")
     yield _load
-    for name in [n for n in sys.modules if n.startswith("fpkg")]:
-        del sys.modules[name]
+    _purge()
 
 
 def test_comments_docstrings_and_blank_lines_do_not_change_it(load):
@@ -106,12 +120,12 @@ def test_properties_and_static_methods_of_user_classes_are_followed(load):
            "    @property\n    def padded(self):\n        return -(-self.n // 16) * 16\n\n"
            "    @staticmethod\n    def unit():\n        return 1\n\nDIMS = Dims(5)\n\n"
            "def kernel(x):\n    return x[:DIMS.padded] * DIMS.unit()\n")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing here is unknown to the fingerprinter
-        base = fingerprint(load(src).kernel)
-        assert base == fingerprint(load(src).kernel)
-        assert base != fingerprint(load(src.replace("// 16) * 16", "// 8) * 8")).kernel)
-        assert base != fingerprint(load(src.replace("return 1\n", "return 2\n")).kernel)
+    fp = Fingerprinter()
+    base = fp(load(src).kernel)
+    assert fp.volatile == []  # nothing here is unknown to the fingerprinter
+    assert base == fingerprint(load(src).kernel)
+    assert base != fingerprint(load(src.replace("// 16) * 16", "// 8) * 8")).kernel)
+    assert base != fingerprint(load(src.replace("return 1\n", "return 2\n")).kernel)
 
 
 def test_generated_methods_record_no_source_file(load):
@@ -120,3 +134,422 @@ def test_generated_methods_record_no_source_file(load):
     fp = Fingerprinter()
     fp(mod.kernel)  # P.__init__ was compiled from "<string>"
     assert {p.rsplit("/", 1)[-1] for p in fp.files} == {"mod.py"}
+
+
+def _load_project(load, project: dict):
+    """fpkg.mod, with `project` the package's files by relative path."""
+    files = dict(project)
+    return load(files.pop("mod.py"), files.pop("helpers.py", HELPERS), files)
+
+
+def _fingerprint(load, project: dict) -> str:
+    """The fingerprint of fpkg.mod.kernel; everything it reaches can be read (nothing volatile)."""
+    fp = Fingerprinter()
+    digest = fp(_load_project(load, project).kernel)
+    assert fp.volatile == []
+    return digest
+
+
+def _check_edit(load, project: dict, edit: tuple, changes: bool):
+    path, old, new = edit
+    text = textwrap.dedent(project[path])
+    assert old in text
+    edited = _fingerprint(load, {**project, path: text.replace(old, new)})
+    assert (edited != _fingerprint(load, project)) == changes
+
+
+CLASSES = {"mod.py": """
+    import string
+
+
+    class Meta(type):
+        def __call__(cls, *args):
+            return super().__call__(*args)
+
+
+    class Base:
+        SCALE = 2
+
+        def base(self):
+            return self.SCALE
+
+
+    class Desc:
+        def __set_name__(self, owner, name):
+            self.name = name
+
+        def __get__(self, obj, objtype=None):
+            return 3
+
+
+    class Thing(Base, metaclass=Meta):
+        \"\"\"A thing.\"\"\"
+        __slots__ = ("n",)
+        unit = Desc()
+
+        def __new__(cls, n):
+            return super().__new__(cls)
+
+        def __init__(self, n):
+            self.n = n
+
+        def __eq__(self, other):
+            return self.n == other
+
+        def __add__(self, other):
+            return self.n + other
+
+        def __getitem__(self, i):
+            return self.n * i
+
+        def __iter__(self):
+            return iter(range(self.n))
+
+        def __len__(self):
+            return self.n + 0
+
+        def __bool__(self):
+            return True
+
+        def __hash__(self):
+            return 11
+
+        def __repr__(self):
+            return "Thing"
+
+        def __init_subclass__(cls, **kw):
+            super().__init_subclass__(**kw)
+
+        def __class_getitem__(cls, item):
+            return cls
+
+
+    THING = Thing(4)
+
+
+    def kernel(x):
+        return x + THING
+"""}
+
+
+@pytest.mark.parametrize("old, new", [
+    ("return self.n == other", "return self.n != other"),  # __eq__
+    ("return self.n + other", "return self.n - other"),  # __add__
+    ("return self.n * i", "return self.n * -i"),  # __getitem__
+    ("iter(range(self.n))", "iter(range(1))"),  # __iter__
+    ("return self.n + 0", "return self.n + 1"),  # __len__
+    ("return True", "return False"),  # __bool__
+    ("return 11", "return 12"),  # __hash__
+    ('return "Thing"', 'return "Thing!"'),  # __repr__
+    ("return super().__new__(cls)", "return super().__new__(Thing)"),  # __new__
+    ("super().__init_subclass__(**kw)", "cls.tag = 1"),  # __init_subclass__
+    ("return cls\n", "return item\n"),  # __class_getitem__
+    ("self.name = name", "self.name = name * 2"),  # a descriptor's __set_name__
+    ("return 3", "return 4"),  # a descriptor's __get__
+    ("unit = Desc()", "unit = 3"),  # a class attribute
+    ('__slots__ = ("n",)', '__slots__ = ("n", "m")'),
+    ("SCALE = 2", "SCALE = 3"),  # a user base's attribute
+    ("return self.SCALE", "return -self.SCALE"),  # a user base's method
+    ("class Base:", "class Base(string.Formatter):"),  # a library base
+    ("return super().__call__(*args)", "return super().__call__(*args[:1])"),  # the metaclass
+    ("THING = Thing(4)", "THING = Thing(5)"),  # the instance's state
+])
+def test_every_behaviour_of_a_user_class_changes_it(load, old, new):
+    _check_edit(load, CLASSES, ("mod.py", old, new), changes=True)
+
+
+@pytest.mark.parametrize("old, new", [
+    ('"""A thing."""', '"""A different thing."""'),
+    ("return self.n == other", "# why: a comment\n        return self.n == other"),
+])
+def test_comments_and_docstrings_of_a_user_class_do_not_change_it(load, old, new):
+    _check_edit(load, CLASSES, ("mod.py", old, new), changes=False)
+
+
+SLOTS = {"mod.py": """
+    class Scaler:
+        __slots__ = ("factor", "__bias")
+
+        def __init__(self, factor, bias):
+            self.factor = factor
+            self.__bias = bias
+
+        def __call__(self, x):
+            return x * self.factor + self.__bias
+
+
+    SCALE = Scaler(2.0, 1.0)
+
+
+    def kernel(x):
+        return SCALE(x)
+"""}
+
+
+@pytest.mark.parametrize("edit, changes", [
+    (("Scaler(2.0, 1.0)", "Scaler(3.0, 1.0)"), True),
+    (("Scaler(2.0, 1.0)", "Scaler(2.0, 0.5)"), True),  # a private (mangled) slot
+    (("x * self.factor", "x / self.factor"), True),
+    (("def __call__", "# why: a comment\n    def __call__"), False),
+])
+def test_a_callable_instance_with_slots_is_its_class_and_slot_state(load, edit, changes):
+    _check_edit(load, SLOTS, ("mod.py", *edit), changes)
+
+
+BUILTIN_SUBCLASSES = {"mod.py": """
+    import collections
+
+
+    class Table(dict):
+        def __getitem__(self, key):
+            return dict.__getitem__(self, key) * 2
+
+
+    Point = collections.namedtuple("Point", "x y")
+    TABLE = Table(a=1.0)
+    ORIGIN = Point(0.0, 1.0)
+    FALLBACK = collections.defaultdict(lambda: 1.0)
+
+
+    def kernel(x):
+        return x * TABLE["a"] + ORIGIN.y + FALLBACK["b"]
+"""}
+
+
+@pytest.mark.parametrize("old, new", [
+    ("* 2", "* 3"), ("a=1.0", "a=1.5"), ("Point(0.0, 1.0)", "Point(0.0, 2.0)"), ('"x y"', '"y x"'),
+    ("lambda: 1.0", "lambda: 2.0"),  # a library container's C state (its default_factory)
+])
+def test_instances_of_builtin_subclasses_are_their_class_and_content(load, old, new):
+    _check_edit(load, BUILTIN_SUBCLASSES, ("mod.py", old, new), changes=True)
+
+
+ENUMS = {"mod.py": """
+    import enum
+
+
+    class Mode(enum.Enum):
+        FAST = 1
+        SLOW = 2
+
+        def factor(self):
+            return self.value * 2
+
+
+    MODE = Mode.FAST
+
+
+    def kernel(x):
+        return x * MODE.factor()
+"""}
+
+
+@pytest.mark.parametrize("edit, changes", [
+    (("FAST = 1", "FAST = 3"), True),
+    (("SLOW = 2", "SLOW = 4"), True),
+    (("self.value * 2", "self.value * 3"), True),
+    (("MODE = Mode.FAST", "MODE = Mode.SLOW"), True),
+    (("def factor", "# why: a comment\n    def factor"), False),
+])
+def test_an_enum_member_is_its_class_and_value(load, edit, changes):
+    _check_edit(load, ENUMS, ("mod.py", *edit), changes)
+
+
+def test_a_library_enum_member_is_named():
+    assert Fingerprinter().token(inspect.Parameter.POSITIONAL_ONLY) == [
+        "enum", ["lib", "inspect._ParameterKind", None], "POSITIONAL_ONLY", None]
+
+
+DATACLASSES = {"mod.py": """
+    import dataclasses
+
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        n: int
+        tags: list = dataclasses.field(default_factory=list)
+        scale: float = dataclasses.field(default=2.0, metadata={"unit": "x"})
+
+        def scaled(self, x):
+            return x * self.scale * self.n
+
+
+    CONFIG = Config(3)
+
+
+    def kernel(x):
+        return CONFIG.scaled(x)
+"""}
+
+
+@pytest.mark.parametrize("edit, changes", [
+    (("Config(3)", "Config(4)"), True),
+    (("n: int", "n: float"), True),
+    (("default_factory=list", "default_factory=tuple"), True),
+    (("default=2.0", "default=2.5"), True),
+    (('{"unit": "x"}', '{"unit": "y"}'), True),
+    (("frozen=True", "frozen=True, eq=False"), True),
+    (("def scaled", "# why: a comment\n    def scaled"), False),
+])
+def test_a_dataclass_is_its_fields_and_methods(load, edit, changes):
+    _check_edit(load, DATACLASSES, ("mod.py", *edit), changes)
+
+
+DOTTED = {
+    "mod.py": """
+        import fpkg.sub.deep
+        import fpkg.helpers as helpers
+
+
+        def kernel(x):
+            return fpkg.sub.deep.helper(x) + helpers.CONFIG.scale(x)
+    """,
+    "helpers.py": """
+        class Config:
+            def __init__(self, k):
+                self.k = k
+
+            def scale(self, x):
+                return x * self.k
+
+
+        CONFIG = Config(2.0)
+    """,
+    "sub/__init__.py": "",
+    "sub/deep.py": "def helper(x):\n    return x + 1\n",
+}
+# The same reached through imports inside the function (the module level only loads them).
+LOCAL_IMPORTS = {**DOTTED, "mod.py": """
+    import fpkg.helpers, fpkg.sub.deep
+
+
+    def kernel(x):
+        import fpkg.sub.deep as d
+        from . import helpers
+        from fpkg.sub.deep import helper
+        return d.helper(x) + helpers.CONFIG.scale(x) + helper(x)
+"""}
+
+
+@pytest.mark.parametrize("project", [DOTTED, LOCAL_IMPORTS], ids=["dotted", "local-imports"])
+@pytest.mark.parametrize("edit, changes", [
+    (("sub/deep.py", "x + 1", "x + 2"), True),
+    (("helpers.py", "Config(2.0)", "Config(3.0)"), True),
+    (("helpers.py", "x * self.k", "x / self.k"), True),
+    (("sub/deep.py", "def helper", "def unrelated():\n    return 0\n\n\ndef helper"), False),
+])
+def test_helpers_reached_through_module_attributes_and_imports_change_it(load, project, edit, changes):
+    _check_edit(load, project, edit, changes)
+
+
+def test_refs_reached_through_modules_are_named_for_explain(load):
+    named = parts(_load_project(load, DOTTED).kernel)
+    assert {"fpkg", "helpers", "fpkg.sub.deep.helper", "fpkg.helpers.CONFIG"} <= set(named)
+
+
+def test_a_user_module_imported_inside_the_function_but_not_loaded_is_volatile(load):
+    fp = Fingerprinter()
+    src = "def kernel(x):\n    import fpkg.sub.deep as d\n    return d.helper(x)\n"
+    fp(_load_project(load, {**DOTTED, "mod.py": src}).kernel)
+    assert fp.volatile == ["fpkg.mod.kernel imports fpkg.sub.deep, not loaded when fingerprinted"]
+
+
+def test_a_library_imported_inside_the_function_is_named_loaded_or_not(load):
+    fp = Fingerprinter()
+    token = fp.token(load("def kernel(x):\n    import wave\n    return wave.open(x)\n").kernel)
+    assert token[3]["import wave"] == ["module", "wave", None] and fp.volatile == []
+
+
+def test_library_code_is_named_with_its_distribution_version():
+    import numpy  # noqa: PLC0415
+
+    version = f"numpy=={importlib.metadata.version('numpy')}"
+    assert Fingerprinter().token(numpy.ma.MaskedArray) == ["lib", "numpy.ma.MaskedArray", version]
+    assert version in json.dumps(Fingerprinter().token(numpy.linalg.norm))  # a dispatcher wrapping a function
+    assert Fingerprinter().token(torch.nn.functional.relu)[2] is None  # the toolchain names torch's version
+    assert Fingerprinter().token(Fingerprinter)[2] is None  # the pipeline digests golden_tasks
+
+
+def test_a_library_closure_is_what_it_closes_over():
+    namespace = {"__name__": "json"}  # a closure factory as a library module would define it
+    exec("def make(f):\n    def inner(x):\n        return f(x)\n    return inner\n", namespace)
+    make = namespace["make"]
+    assert fingerprint(make(lambda x: x + 1)) != fingerprint(make(lambda x: x + 2))
+
+
+def test_unreadable_objects_are_volatile_but_sentinels_are_not(load):
+    src = "import threading\n\nLOCK = threading.Lock()\nMISSING = object()\n\n" \
+          "def kernel(x, y=MISSING):\n    return x if y is MISSING else y\n\n" \
+          "def locked(x):\n    with LOCK:\n        return x\n"
+    mod = load(src)
+    fp = Fingerprinter()
+    fp(mod.kernel)
+    assert fp.volatile == []
+    fp(mod.locked)
+    assert len(fp.volatile) == 1 and fp.volatile[0].startswith("_thread.lock object")
+
+
+def test_a_memoized_token_is_the_one_a_fresh_fingerprinter_gives(load):
+    mod = load("import enum\n\nclass Mode(enum.Enum):\n    FAST = 1\n    SLOW = 2\n\n"
+               "def f(n):\n    return g(n) if n else Mode.FAST\n\ndef g(n):\n    return f(n - 1)\n")
+    fp = Fingerprinter()
+    fp(mod.f)
+    fp(mod.Mode.FAST)
+    for obj in (mod.g, mod.Mode, mod.Mode.SLOW):  # each met first inside a cycle
+        assert fp(obj) == fingerprint(obj)
+
+
+DETERMINISM = {
+    **DOTTED,
+    "mod.py": """
+        import dataclasses
+        import enum
+        import fpkg.sub.deep
+        import fpkg.helpers as helpers
+
+        TAGS = {"alpha", "beta", "gamma", "delta"}  # string hashing differs between interpreters
+        MISSING = object()
+
+
+        class Mode(enum.Enum):
+            FAST = 1
+            SLOW = 2
+
+
+        @dataclasses.dataclass
+        class Config:
+            n: int
+            tags: list = dataclasses.field(default_factory=list)
+
+
+        class Slotted:
+            __slots__ = ("a", "b")
+
+            def __init__(self, a):
+                self.a = a
+
+
+        STATE = (Mode.FAST, Config(3), Slotted(1.5))
+
+
+        def kernel(x, y=MISSING):
+            return fpkg.sub.deep.helper(x) + helpers.CONFIG.scale(x) + len(TAGS) + STATE[1].n
+    """,
+}
+
+
+def test_the_same_sources_fingerprint_alike_in_fresh_interpreters_wherever_they_lie(tmp_path):
+    code = ("import json, fpkg.mod as m; from golden_tasks.fingerprint import Fingerprinter; "
+            "fp = Fingerprinter(); print(json.dumps([fp(m.kernel), fp.volatile]))")
+    repo = str(Path(golden_tasks.__file__).parent.parent)
+    results = []
+    for seed, place in (("1", "one"), ("2", "elsewhere/two")):
+        for rel, text in DETERMINISM.items():
+            path = tmp_path / place / "fpkg" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text))
+        (tmp_path / place / "fpkg" / "__init__.py").write_text("")
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(tmp_path / place), repo])}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        results.append(json.loads(out.stdout))
+    assert results[0] == results[1] and results[0][1] == []
