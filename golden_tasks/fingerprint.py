@@ -383,7 +383,9 @@ class Fingerprinter:
         `from . import d`, `from a.b import f`), resolved as the import will resolve them; a
         library one is named in `refs` ("import numpy").
 
-        A user module not loaded yet cannot be read, so it makes the fingerprint volatile."""
+        A user module not loaded yet is imported (running the function would import it): a
+        fingerprint must not depend on what the process happened to import before. One that
+        fails to import makes the fingerprint volatile."""
         found = []
         package = fn.__globals__.get("__package__")
         for code in codes:
@@ -403,8 +405,11 @@ class Fingerprinter:
                         elif target != base and hasattr(sys.modules.get(base), target.rpartition(".")[2]):
                             continue  # `from a.b import f`: f is followed through a.b
                         elif _is_user_top(target.partition(".")[0]):
-                            self.volatile.append(f"{fn.__module__}.{fn.__qualname__} imports {target}, "
-                                                 f"not loaded when fingerprinted")
+                            try:
+                                refs[f"import {target}"] = self._ref(importlib.import_module(target), found)
+                            except Exception as exc:  # it fails whenever the function runs, too
+                                self.volatile.append(f"{fn.__module__}.{fn.__qualname__} imports {target}, "
+                                                     f"which fails: {type(exc).__name__}: {exc}")
                         else:
                             refs[f"import {target}"] = ["module", target, _version(target)]
                 args = [args[1], ins.argval]

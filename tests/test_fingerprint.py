@@ -447,11 +447,21 @@ def test_refs_reached_through_modules_are_named_for_explain(load):
     assert {"fpkg", "helpers", "fpkg.sub.deep.helper", "fpkg.helpers.CONFIG"} <= set(named)
 
 
-def test_a_user_module_imported_inside_the_function_but_not_loaded_is_volatile(load):
-    fp = Fingerprinter()
+def test_a_user_module_imported_inside_the_function_is_followed_loaded_or_not(load):
+    """Whether the process imported it already must not change the fingerprint."""
     src = "def kernel(x):\n    import fpkg.sub.deep as d\n    return d.helper(x)\n"
+    fp = Fingerprinter()
+    token = fp.token(_load_project(load, {**DOTTED, "mod.py": src}).kernel)  # fpkg.sub.deep not loaded yet
+    assert fp.volatile == [] and "fpkg.sub.deep" in sys.modules
+    assert Fingerprinter().token(sys.modules["fpkg.mod"].kernel) == token  # now loaded
+
+
+def test_a_user_module_imported_inside_the_function_that_fails_to_import_is_volatile(load):
+    fp = Fingerprinter()
+    src = "def kernel(x):\n    import fpkg.missing_helpers as m\n    return m.helper(x)\n"
     fp(_load_project(load, {**DOTTED, "mod.py": src}).kernel)
-    assert fp.volatile == ["fpkg.mod.kernel imports fpkg.sub.deep, not loaded when fingerprinted"]
+    assert fp.volatile == ["fpkg.mod.kernel imports fpkg.missing_helpers, which fails: "
+                           "ModuleNotFoundError: No module named 'fpkg.missing_helpers'"]
 
 
 def test_a_library_imported_inside_the_function_is_named_loaded_or_not(load):
