@@ -10,19 +10,17 @@ import dataclasses
 import glob
 import importlib
 import os
-import uuid
 from pathlib import Path
 
 from .data import describe
-from .errors import SpecError
+from .errors import SpecError, StalePlan
 from .fingerprint import Fingerprinter, parts
 from .forms import KernelForm
 from .hashing import digest_file
+from .observe import listed
 from .specs import ScalarSpec, TensorSpec, signature_of
 
 
-class StalePlan(SpecError):
-    """The case's source no longer matches the plan the task graph was made from."""
 
 
 @dataclasses.dataclass
@@ -114,7 +112,7 @@ def declared_reads(case: Case) -> tuple[dict, set]:
         full = case.root / pattern
         if any(c in pattern for c in "*?["):
             matches = [Path(p) for p in sorted(glob.glob(str(full), recursive=True)) if os.path.isfile(p)]
-        elif full.is_file():
+        elif listed(full):
             matches = [full]
         else:
             raise SpecError(f"case {case.name!r}: file_deps names {pattern!r}, which is not a file ({full})")
@@ -164,12 +162,6 @@ def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
     if fp.volatile:  # not in any key itself: for_this_run turns it into a nonce
         plan["volatile"] = sorted(set(fp.volatile))
     return plan, fp.files | data_files | external_files
-
-
-def for_this_run(plan: dict) -> dict:
-    """The plan as keyed in this run: one with parts that cannot be fingerprinted gets a fresh nonce,
-    so that everything depending on it recomputes (once per run: its stages agree on their keys)."""
-    return {**plan, "nonce": uuid.uuid4().hex} if plan.get("volatile") else plan
 
 
 def module_cases(module) -> list:

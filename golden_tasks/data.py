@@ -17,6 +17,7 @@ import torch
 
 from .errors import SpecError
 from .hashing import digest_file
+from .observe import listed
 from .specs import dtype_name
 from .tensors import map_raw
 
@@ -72,7 +73,7 @@ def describe(case, params: list) -> tuple[dict, set]:
         if root is None:
             continue
         paths = {name: path_of(root, folder, name) for name in need[folder]}
-        missing = [str(p) for p in paths.values() if not p.is_file()]
+        missing = [str(p) for p in paths.values() if not listed(p)]
         if missing:
             problems.append(f"missing data files for case {case.name!r}:\n    " + "\n    ".join(missing))
             continue

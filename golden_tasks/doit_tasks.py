@@ -19,9 +19,8 @@ from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
 from . import config, graph, report, runtime
-from .case import StalePlan, for_this_run
 from .discover import forget, load_plans
-from .errors import VerificationFailure
+from .errors import StalePlan, VerificationFailure
 
 PLAN = "plan"
 VERIFY = "verify"
@@ -88,7 +87,7 @@ def planned_library(root: Path, store, overrides: dict) -> dict:
             plan = {**plan, "error": f"case {plan['case']!r} is defined in both {plan['module']} "
                                      f"and {plans[plan['case']]['module']}"}
         if not plan.get("error"):
-            plan = for_this_run({**plan, **{k: v(plan[k]) for k, v in overrides.items()}})
+            plan = graph.for_this_run({**plan, **{k: v(plan[k]) for k, v in overrides.items()}})
         plans[plan["case"]] = plan
     return plans
 

@@ -15,3 +15,7 @@ class CompileError(VerificationFailure):
 
 class StageFailed(VerificationFailure):
     """A stage ran and its verdict is FAIL; the message is the report."""
+
+
+class StalePlan(SpecError):
+    """The case's source no longer matches the plan the task graph was made from."""

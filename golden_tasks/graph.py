@@ -20,6 +20,7 @@ import functools
 import importlib
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from .hashing import digest_file, digest_json
@@ -84,6 +85,12 @@ def recipe(stage: Stage, plan: dict, upstream: dict) -> dict:
         "upstream": {n: e.digest for n, e in upstream.items()},
         "nonce": plan.get("nonce"),
     }
+
+
+def for_this_run(plan: dict) -> dict:
+    """The plan as keyed in this run: one with parts that cannot be fingerprinted gets a fresh nonce,
+    so that everything depending on it recomputes (once per run: its stages agree on their keys)."""
+    return {**plan, "nonce": uuid.uuid4().hex} if plan.get("volatile") else plan
 
 
 def resolve(stage: Stage, plan: dict, store: Store, found: dict = None):

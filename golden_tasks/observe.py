@@ -112,6 +112,15 @@ class _RecordingEnviron(os._Environ):
         return super().__getitem__(key)
 
 
+def listed(path: Path) -> bool:
+    """Whether the file `path` exists, found by listing its directory: an existence check alone is
+    invisible to an Observer, a listing is recorded, so a missing file that appears re-plans."""
+    try:
+        return path.name in os.listdir(path.parent) and path.is_file()
+    except OSError:
+        return False
+
+
 def _file_state(path: str):
     try:
         return digest_file(Path(path)) if os.path.isfile(path) else None

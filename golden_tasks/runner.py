@@ -4,7 +4,7 @@ import traceback
 from pathlib import Path
 
 from . import config, graph, report, runtime
-from .case import Case, for_this_run, plan_of
+from .case import Case, plan_of
 from .errors import VerificationFailure
 from .forms import KernelForm
 
@@ -55,7 +55,7 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
                     inputs_from=inputs_from, golden_from=golden_from, file_deps=tuple(file_deps),
                     env_deps=tuple(env_deps)).resolved()
         plan, _ = plan_of(case)
-        plan = for_this_run({**plan, "profile": config.profile()})  # as discover's plans; the runtime dir records it
+        plan = graph.for_this_run({**plan, "profile": config.profile()})  # as discover's plans; the runtime dir records it
     except VerificationFailure as exc:
         plan["error"] = str(exc)
     if not plan.get("error"):

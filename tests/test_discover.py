@@ -149,6 +149,8 @@ def test_declared_file_and_env_deps_enter_the_plan_and_its_freshness(root, monke
     assert plans(root)["k"]["external"]["env"] == {"GT_DECLARED": "two"}
     (root / "kernels" / "table.txt").unlink()
     assert "file_deps names 'table.txt', which is not a file" in plans(root)["k"]["error"]
+    (root / "kernels" / "table.txt").write_text("t")  # a missing file that appears re-plans
+    assert plans(root)["k"]["external"]["files"]["table.txt"] == first["files"]["table.txt"]
 
 
 def test_bad_case_errors_stay_per_case(root):
