@@ -125,3 +125,32 @@ def test_a_stage_of_a_case_that_cannot_be_planned_shows_the_plan_error(tmp_path)
     assert "kernels/broken.py failed to import: ValueError: boom" in proc.stdout + proc.stderr
     assert "Invalid parameter" not in proc.stdout + proc.stderr
     os.remove(proj.path / "kernels" / "broken.py")
+
+
+SCALED = '''
+import torch
+from golden_tasks import Case, In, Out, Scalar, ScalarSpec, TensorSpec, jit
+
+@jit
+def scaled(x: In, alpha: Scalar, out: Out):
+    out.copy_(x * alpha)
+
+def golden_scaled(t):
+    t["out"].copy_(t["x"] * t["alpha"])
+
+CASES = [Case("scaled", specs=lambda: [TensorSpec("x", (8,), torch.float32, torch.randn),
+                                       ScalarSpec("alpha", torch.float32, 2.0),
+                                       TensorSpec("out", (8,), torch.float32)], rounds=2)]
+'''
+
+
+def test_a_scalar_compiled_into_the_artifact_recompiles_when_its_value_changes(tmp_path):
+    """AOTInductor bakes scalar values in: a stale artifact would compute with the old value."""
+    proj = Project(tmp_path / "p", ())
+    module = proj.path / "kernels" / "scaled.py"
+    module.write_text(SCALED)
+    assert proj.doit("verify")[0] == 0
+    module.write_text(SCALED.replace("2.0)", "3.0)"))
+    code, results, _, err = proj.doit("verify")
+    assert code == 0, err
+    assert results["compile:scaled"] == "success"
