@@ -112,10 +112,20 @@ def resolve(stage: Stage, plan: dict, store: Store, found: dict = None):
     return digest_json(recipe(stage, plan, upstream)), upstream
 
 
-def cached(stage: Stage, plan: dict, store: Store):
-    """The stage's cached entry under its current key, or None."""
-    key, _ = resolve(stage, plan, store)
-    return store.get(stage.name, key) if key else None
+def cached(stage: Stage, plan: dict, store: Store, found: dict = None):
+    """The stage's cached entry under its current key, or None. `found` (stage -> entry or None)
+    shares the lookups of several calls that read the store at one moment (see `resolve`)."""
+    found = {} if found is None else found
+    if stage.name not in found:
+        key, _ = resolve(stage, plan, store, found)
+        found[stage.name] = store.get(stage.name, key) if key else None
+    return found[stage.name]
+
+
+def snapshot(plan: dict, store: Store) -> dict:
+    """stage -> its cached entry (or None) for every stage, each entry read once."""
+    found = {}
+    return {s.name: cached(s, plan, store, found) for s in STAGES}
 
 
 def _tensors():

@@ -1,7 +1,7 @@
 """The end-of-run summary: one row per case, as a table and as JSON."""
 import json
 
-from .graph import STAGES, cached
+from .graph import STAGES, snapshot
 from .store import atomic_write
 
 # How a stage fared in this run.
@@ -16,7 +16,7 @@ def case_row(plan: dict, states: dict, errors: dict, store) -> dict:
     if plan.get("error"):
         row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan["error"]})
         return row
-    entries = {s.name: cached(s, plan, store) for s in STAGES if s.name in ("golden", "validate", "bench")}
+    entries = snapshot(plan, store)
     validate, golden, bench = entries["validate"], entries["golden"], entries["bench"]
     if validate:
         row["max_abs"] = validate.meta.get("max_abs")

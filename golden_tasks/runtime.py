@@ -37,7 +37,8 @@ def records(manifest: dict) -> dict:
 
 def current_keys(plan: dict, store) -> dict:
     """stage -> key for every stage whose upstream is cached (None otherwise)."""
-    return {s.name: graph.resolve(s, plan, store)[0] for s in graph.STAGES}
+    found = {}
+    return {s.name: graph.resolve(s, plan, store, found)[0] for s in graph.STAGES}
 
 
 def is_current(plan: dict, store, case_dir: Path) -> bool:
@@ -75,7 +76,7 @@ def materialize(plan: dict, store, case_dir: Path, summary: dict = None) -> Path
 
     from .specs import dtype_of  # noqa: PLC0415
 
-    entries = {s.name: graph.cached(s, plan, store) for s in graph.STAGES}
+    entries = graph.snapshot(plan, store)
     missing = [n for n, e in entries.items() if e is None]
     if missing:
         raise RuntimeError(f"{plan['case']} is not verified yet ({', '.join(missing)} not cached)")

@@ -35,8 +35,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import FileLock
-
 from .errors import VerificationFailure
 from .hashing import digest_bytes, digest_file, digest_json
 
@@ -219,8 +217,10 @@ class Store:
         atomic_write(target.entry_path(stage, key), lambda f: f.write(text))
         return entry
 
-    def computing(self, stage: str, key: str) -> FileLock:
-        """A lock to hold while computing (stage, key): look the entry up again once it is held."""
+    def computing(self, stage: str, key: str):
+        """A FileLock to hold while computing (stage, key): look the entry up again once it is held."""
+        from filelock import FileLock  # noqa: PLC0415 -- only where stages run, never in the doit parent
+
         target = self.overlay if self.readonly else self
         path = target.root / "locks" / stage / key[:2] / f"{key}.lock"
         try:
