@@ -190,6 +190,9 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
     plan, stage = plans[case], graph.BY_NAME[stage_name]
     if plan.get("error"):
         return f"{target}: the case cannot be planned: {plan['error']}"
+    if plan.get("volatile"):
+        return (f"{target} is not up to date: it recomputes on every run: it depends on what cannot be "
+                f"fingerprinted: {'; '.join(plan['volatile'])}")
     key, upstream = graph.resolve(stage, plan, store)
     if key is None:
         missing = [n for n in stage.reads if graph.cached(graph.BY_NAME[n], plan, store) is None]

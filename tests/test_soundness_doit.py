@@ -115,6 +115,9 @@ def test_objects_that_cannot_be_fingerprinted_pass_on_every_run(tmp_path):
         code, results, _, err = proj.doit("verify", "backend=eager")
         assert code == 0, err
         assert results["golden:sentinel"] == "success"  # recomputed, never trusted from the cache
+    explained = proj.cli("explain", "golden:sentinel", "backend=eager").stdout
+    assert "recomputes on every run: it depends on what cannot be fingerprinted" in explained
+    assert "_thread.lock" in explained
 
 
 def test_a_stage_of_a_case_that_cannot_be_planned_shows_the_plan_error(tmp_path):
