@@ -90,6 +90,12 @@ def cmd_verify(store: Store, args) -> int:
             if args.drop:
                 path.unlink()
     for path, entry in entries(store):
+        if not entry.intact():
+            bad += 1
+            print(f"bad entry {entry.stage}:{entry.case} ({path.name}): its record does not match its digest")
+            if args.drop:
+                path.unlink()
+            continue
         for name, record in entry.objects.items():
             problem = object_problem(store.object_path(record["digest"]), record)
             if problem:

@@ -96,9 +96,13 @@ _libraries = {}
 
 
 def library(root: Path) -> Library:
-    """The project's library, planned once per process."""
+    """The project's library, planned once per process. A cache that cannot be written or a bad
+    doit variable ends the run with its message alone (doit would print its loader's traceback)."""
     if root not in _libraries:
-        _libraries[root] = Library(root)
+        try:
+            _libraries[root] = Library(root)
+        except (VerificationFailure, ValueError) as exc:
+            sys.exit(f"golden-tasks: {exc}")
     return _libraries[root]
 
 
@@ -242,7 +246,12 @@ def tasks_for(root: Path) -> dict:
 
 
 class SummaryReporter(ConsoleReporter):
-    """doit's console output, then a per-case summary table and runs/report.json."""
+    """doit's console output, then a summary table and runs/report.json of the cases this run
+    verified (`verify` or `verify:<case>`; a run of single stages has no verdict to summarise).
+
+    A verified case whose row is not PASS or SKIPPED although no task failed (an entry that
+    vanished under the run, say) ends the run with exit status 1: no CI may read a green exit
+    beside a row that is not a pass."""
 
     desc = "console output with a per-case summary"
 
@@ -250,9 +259,12 @@ class SummaryReporter(ConsoleReporter):
         super().__init__(outstream, options)
         self.states = {}  # case -> {stage: state}
         self.errors = {}  # case -> {stage: message}
+        self.verified = set()  # cases whose verify task was part of the run
 
     def _set(self, task, state, message=None):
         stage, _, case = task.name.partition(":")
+        if stage == VERIFY and case:
+            self.verified.add(case)
         if case and (stage in graph.BY_NAME or stage == PLAN):
             self.states.setdefault(case, {})[stage] = state
             if message:
@@ -275,15 +287,20 @@ class SummaryReporter(ConsoleReporter):
 
     def complete_run(self):
         super().complete_run()
-        if not self.states:
+        if not self.verified:
             return
         lib = next(iter(_libraries.values()))
-        rows = [report.case_row(lib.plans[c], self.states[c], self.errors.get(c, {}), lib.store)
-                for c in lib.plans if c in self.states]
+        rows = [report.case_row(lib.plans[c], self.states.get(c, {}), self.errors.get(c, {}), lib.store)
+                for c in lib.plans if c in self.verified]
         self.write("\n" + report.format_table(rows) + "\n")
         path = config.runs_root(lib.root) / "report.json"
         report.write_json(path, rows)
         self.write(f"report: {path}\n")
+        unjudged = [r for r in rows if r["status"] not in ("PASS", "SKIPPED")]
+        if unjudged and not self.failures:
+            for row in unjudged:
+                self.write(f"golden-tasks: {row['case']} is {row['status']} although no task failed\n")
+            raise SystemExit(1)
 
 
 DOIT_CONFIG = {

@@ -11,8 +11,9 @@ Every file appears by atomic rename of a fully written, fsynced temporary file,
 and an entry is written only after all of its objects, so an interrupted run
 never leaves a half-written entry that a later run trusts.
 
-Every object's digest is recorded in the entries that use it. Looking an entry
-up checks each object's size, and re-hashes an object whose modification time
+Every object's digest is recorded in the entries that use it, and an entry's
+own digest covers its objects and metadata. Looking an entry up checks that
+digest and each object's size, and re-hashes an object whose modification time
 differs from the one recorded; loading an object re-hashes it. An object that
 no longer matches makes its entry a miss, with a warning naming the entry.
 Lookups always read the disk: another process may have replaced an entry (a
@@ -47,7 +48,8 @@ class CorruptObject(Exception):
     """A stored object no longer matches its recorded digest."""
 
     def __init__(self, entry, name: str, problem: str):
-        super().__init__(f"cache entry {entry.stage}:{entry.case} (key {entry.key[:12]}): object {name!r} {problem}")
+        what = f"object {name!r}" if name is not None else "its record"
+        super().__init__(f"cache entry {entry.stage}:{entry.case} (key {entry.key[:12]}): {what} {problem}")
         self.entry = entry
 
 
@@ -69,6 +71,10 @@ class Entry:
     stats: dict
     recipe: dict = field(default_factory=dict)
     seen: dict = field(default_factory=dict)
+
+    def intact(self) -> bool:
+        """Whether the objects and metadata are still those its digest was made from."""
+        return digest_json({"objects": self.objects, "meta": self.meta}) == self.digest
 
 
 def warn(message: str) -> None:
@@ -165,6 +171,9 @@ class Store:
         if entry is None and self.overlay is not None:
             entry = self.overlay._read(stage, key)
         if entry is None:
+            return None
+        if not entry.intact():
+            self.drop(CorruptObject(entry, None, "does not match its digest (edited?)"))
             return None
         for name, record in entry.objects.items():
             path = self.object_path(record["digest"])

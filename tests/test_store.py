@@ -1,3 +1,4 @@
+import json
 import os
 
 import pytest
@@ -99,3 +100,15 @@ def test_no_temporary_files_left_behind(store):
     store.commit("abi", "k", "case", {}, {}, {})
     leftovers = [p for p in store.root.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
+
+
+def test_an_edited_entry_record_is_a_miss_and_is_dropped(tmp_path, capsys):
+    """The entry's digest covers its metadata: an edited verdict is corruption, never a report."""
+    store = Store(tmp_path)
+    entry = store.commit("validate", "k" * 32, "c", {}, {"status": "pass", "max_abs": 1.0}, {})
+    path = store.entry_path("validate", entry.key)
+    record = json.loads(path.read_text())
+    record["meta"]["max_abs"] = 0.0
+    path.write_text(json.dumps(record))
+    assert store.get("validate", entry.key) is None
+    assert "its record does not match its digest" in capsys.readouterr().err and not path.exists()
