@@ -2,6 +2,16 @@
 kernel child would otherwise repeat, inherited by each fork instead."""
 import torch._inductor.cpu_vec_isa
 
+import warnings
+
+from golden_tasks import reaper
+
+# Orphans of the children (a daemon a kernel started) come here, where the caller finds and kills
+# them (so the forkserver reaping them is expected); and the forkserver, with everything below
+# it, ends with the process that started it.
+reaper.own_tree_until_parent_dies()
+warnings.filterwarnings("ignore", message="forkserver: waitpid returned unexpected pid")
+
 # Loading an AOTInductor package probes the CPU's vector ISAs by compiling and running
 # small programs (about 2 s); the result is cached per process.
 torch._inductor.cpu_vec_isa.valid_vec_isa_list()

@@ -18,7 +18,7 @@ from doit import get_var
 from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
-from . import config, graph, report, runtime
+from . import config, graph, reaper, report, runtime
 from .discover import forget, load_plans
 from .errors import StalePlan, VerificationFailure
 
@@ -121,18 +121,28 @@ def _log_tally(store, pid):
         store.log_run(_tally.to_json())
 
 
-def _threads_configured():
-    if getattr(_threads_configured, "done", 0) != os.getpid():  # once per worker process
+_doit_parent = os.getpid()  # dodo.py imports this module in the doit parent, before workers fork
+_ready = {}  # what this process has set up: {"worker", "threads"} -> its pid
+
+
+def _ready_to_run(torch_stage: bool) -> None:
+    """Once per process: a -n worker ends with the doit parent, and everything it started with it
+    (a `kill -9` of the parent alone leaves no compiler or kernel running); a process that computes
+    with torch sizes its thread pools."""
+    pid = os.getpid()
+    if pid != _doit_parent and _ready.get("worker") != pid:
+        reaper.own_tree_until_parent_dies()
+        _ready["worker"] = pid
+    if torch_stage and _ready.get("threads") != pid:
         config.apply_threads()
-        _threads_configured.done = os.getpid()
+        _ready["threads"] = pid
 
 
 def _run_stage(root, stage, case):
     lib = library(root)
     plan = lib.plans[case]
     try:
-        if graph.BY_NAME[stage].torch:
-            _threads_configured()
+        _ready_to_run(graph.BY_NAME[stage].torch)
         graph.execute(graph.BY_NAME[stage], plan, lib.store)
     except StalePlan as exc:
         forget(root, lib.store, plan["module"])

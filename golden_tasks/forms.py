@@ -42,7 +42,8 @@ class Artifact:
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        Artifact.registry[cls.backend] = cls
+        if "backend" in cls.__dict__:  # a class rebuilt by cloudpickle gets its attributes after this
+            Artifact.registry[cls.backend] = cls
 
     def __init__(self, table: list, files: dict):
         self.table = table

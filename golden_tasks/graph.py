@@ -23,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+from . import config
 from .hashing import digest_file, digest_json
 from .store import CorruptObject, Entry, Store, object_problem
 from .toolchain import toolchain
@@ -35,8 +36,14 @@ class Stage:
     reads: tuple = ()  # upstream stages: their digests enter the key, their outputs are passed in
     after: tuple = ()  # ordering only
     plan_fields: tuple = ()  # plan entries that enter the key
-    live: bool = True  # needs the imported case (kernel, golden, specs, comparators)
+    live: bool = True  # runs user code (kernel body, golden, init values, comparators): in an isolated child
     torch: bool = True  # computes with torch (its worker sizes the thread pools first)
+    budget: object = None  # live stages: plan -> seconds its isolated run may take before it counts as hung
+
+
+# Seconds a compile may spend in the compiler itself, beyond the case's timeout for each of the
+# two runs of the kernel body (the write check and the trace).
+COMPILE_SECONDS = 1800.0
 
 
 # Every stage that runs user code (kernel, golden, init values, comparators) may read the files
@@ -45,15 +52,19 @@ STAGES = (
     Stage("abi", "check the specs against the kernel's parameter table",
           plan_fields=("params", "signature"), live=False, torch=False),
     Stage("compile", "compile the kernel for the spec shapes (scalar values are compiled in)", reads=("abi",),
-          plan_fields=("kernel", "backend", "options", "signature", "external")),
+          plan_fields=("kernel", "backend", "options", "signature", "external"),
+          budget=lambda plan: COMPILE_SECONDS + 2 * plan["timeout"]),
     Stage("inputs", "generate the seeded In/InOut tensors (or read them from a data dir)", reads=("abi",),
-          plan_fields=("specs", "seed", "data_in", "external")),
+          plan_fields=("specs", "seed", "data_in", "external"),
+          budget=lambda plan: plan["timeout"] * (1 + len(plan["specs"]))),
     Stage("golden", "run the golden on the inputs (or read its outputs from a data dir)", reads=("abi", "inputs"),
-          plan_fields=("golden", "specs", "seed", "bench", "data_out", "external")),
+          plan_fields=("golden", "specs", "seed", "bench", "data_out", "external"),
+          budget=lambda plan: plan["timeout"] * (1 + len(plan["specs"]) + plan["bench"]["warmup"]
+                                                 + plan["bench"]["rounds"])),
     Stage("dispatch", "run the compiled kernel on the inputs", reads=("abi", "compile", "inputs"), live=False,
           plan_fields=("external",)),
     Stage("validate", "compare the kernel's outputs with the golden's", reads=("dispatch", "golden", "inputs"),
-          plan_fields=("policy", "external")),
+          plan_fields=("policy", "external"), budget=lambda plan: 2 * plan["timeout"]),
     Stage("bench", "time the kernel", reads=("abi", "compile", "inputs"), after=("validate",),
           plan_fields=("bench", "external"), live=False),
 )
@@ -183,20 +194,62 @@ def execute(stage: Stage, plan: dict, store: Store, case=None) -> tuple[Entry, b
 
 
 def _compute(stage: Stage, plan: dict, store: Store, case, key: str, upstream: dict) -> Entry:
-    """Run the stage module on its upstream outputs and commit its entry under `key`."""
-    inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
-    if case is None and stage.live:
-        from .case import live_case  # noqa: PLC0415
+    """Run the stage on its upstream outputs and commit its entry under `key`. A stage that runs
+    user code runs in an isolated child (golden_tasks.isolate): a crash, an exit or a hang there
+    fails this stage of this case only. The live case crosses by value; without one the child
+    imports it (and checks it against the plan)."""
+    if stage.live:
+        from . import isolate  # noqa: PLC0415 -- imports torch: only where stages run
+
+        done = isolate.call(run_stage, (stage.name, plan, store, upstream, case and _by_value(case, plan)),
+                            stage.budget(plan), f"the {stage.name} stage of {plan['case']}")
+    else:
+        done = run_stage(stage.name, plan, store, upstream, case)
+    if done[0] == "corrupt":
+        raise CorruptObject(*done[1:])
+    _, objects, meta, stats = done
+    detail = {f: plan["parts"][f] for f in stage.plan_fields if f in plan.get("parts", {})}
+    return store.commit(stage.name, key, plan["case"], objects, meta, stats,
+                        {**recipe(stage, plan, upstream), "parts": detail})
+
+
+def _by_value(case, plan: dict) -> bytes:
+    """The live case pickled with its user code, to cross into the isolated child."""
+    from .errors import SpecError  # noqa: PLC0415
+    from .fingerprint import dumps_by_value  # noqa: PLC0415
+
+    try:
+        return dumps_by_value(case)
+    except Exception as exc:  # an object that no pickler can carry: a lock, an open file
+        raise SpecError(f"case {plan['case']!r}: its kernel, golden and comparators run in an isolated process, "
+                        f"so they must pickle, and they do not: {type(exc).__name__}: {exc}") from None
+
+
+def run_stage(name: str, plan: dict, store: Store, upstream: dict, case) -> tuple:
+    """Load the upstream outputs, run stage `name`'s module, store its objects: ("done", objects,
+    meta, stats), or ("corrupt", entry, object name, problem) when an upstream object is damaged.
+    `case`: the live case, its pickled bytes, or None to import it."""
+    stage = BY_NAME[name]
+    try:
+        inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
+    except CorruptObject as corruption:
+        return "corrupt", corruption.entry, corruption.name, corruption.problem
+    if stage.torch:
+        config.apply_threads()
+    if isinstance(case, bytes):
+        import cloudpickle  # noqa: PLC0415
+
+        case = cloudpickle.loads(case)
+    elif case is None and stage.live:
+        from .case import live_case  # noqa: PLC0415 -- imports torch
 
         case = live_case(plan)
-    module = importlib.import_module(f"golden_tasks.stages.{stage.name}")
+    module = importlib.import_module(f"golden_tasks.stages.{name}")
     view = {f: plan[f] for f in stage.plan_fields + PLAN_CONTEXT if f in plan}
-    with tempfile.TemporaryDirectory(prefix=f"golden-{stage.name}-") as work:
+    with tempfile.TemporaryDirectory(prefix=f"golden-{name}-") as work:
         start = time.perf_counter()
         out = module.run(case, view, Path(work), **inputs)
         elapsed = time.perf_counter() - start
         objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
         objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
-    detail = {f: plan["parts"][f] for f in stage.plan_fields if f in plan.get("parts", {})}
-    return store.commit(stage.name, key, plan["case"], objects, out.meta, {**out.stats, "seconds": elapsed},
-                        {**recipe(stage, plan, upstream), "parts": detail})
+    return "done", objects, out.meta, {**out.stats, "seconds": elapsed}

@@ -1,21 +1,28 @@
 """Kernel calls in a child process: a crash or a hang fails one stage, never the run.
 
 Children fork from a forkserver that imported torch once, so each call costs
-a fork, not an interpreter start. Tensors cross in shared memory: the kernel
+a fork, not an interpreter start. No process a call starts outlives it: the
+child and the forkserver adopt the orphans of their descendants and die with
+their parent (golden_tasks.reaper); a child kills whatever is left below it
+before it answers, and the caller kills the child's whole tree on a hang, and
+any process it left behind on a crash. Tensors cross in shared memory: the kernel
 writes its outputs where the parent reads them. Output buffers sit between
 two guard regions filled with a canary; a kernel that writes past either end
 without crashing clobbers one, and the call fails naming the tensor and side.
 """
 import contextlib
 import multiprocessing
+import os
 import signal
 import sys
+import threading
 import traceback
 
 import torch
 import torch.multiprocessing  # noqa: F401 -- registers shared-memory pickling of tensors
 
-from .errors import StageFailed
+from . import reaper
+from .errors import StageFailed, VerificationFailure
 
 GUARD_BYTES = 4096  # a page each side; keeps the output 4 KiB-aligned like a fresh allocation
 CANARY = bytes.fromhex("deadbeef") * (GUARD_BYTES // 4)
@@ -47,13 +54,36 @@ class Guarded:
         return [side for side, guard in sides if bytes(guard.numpy()) != CANARY]
 
 
-def _child(target, args, conn):
+def _child(target, args, conn, environ, cwd):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the forkserver's: this process is a leaf to it
+    reaper.adopt_orphans()
+    reaper.die_with_parent()
+    # The forkserver kept the environment and directory it started with; the call sees the caller's.
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
     try:
-        conn.send((True, target(*args)))
-    except BaseException as exc:  # reported by the parent as the stage's failure
-        conn.send((False, "".join(traceback.format_exception(exc)).rstrip()))
-    finally:
-        conn.close()
+        result = (True, target(*args))
+    except VerificationFailure as exc:  # a verdict: its message is the report
+        result = (False, exc)
+    except BaseException as exc:  # reported by the parent as the stage's failure, with its traceback
+        result = (False, "".join(traceback.format_exception(exc)).rstrip())
+    reaper.kill_descendants()  # background processes the call started end with it
+    conn.send(result)
+    conn.close()
+
+
+_live = set()  # children of this process's calls now running (their forkserver's other children are strays)
+_live_lock = threading.Lock()
+
+
+def _sweep(forkserver: int) -> None:
+    """Kill what a dead child left: its orphans were adopted by the forkserver."""
+    with _live_lock:
+        strays = reaper.children(forkserver) - _live
+    for pid in strays:
+        reaper.kill_descendants(pid)
+    reaper.kill(strays)
 
 
 @contextlib.contextmanager
@@ -76,15 +106,19 @@ def call(target, args: tuple, timeout: float, what: str):
     a hang past `timeout` seconds, or an exception (named `what` in the message)."""
     ctx = _context()
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(target, args, send), daemon=True)
+    child = ctx.Process(target=_child, args=(target, args, send, dict(os.environ), os.getcwd()), daemon=True)
     with _main_not_reimported():
         child.start()
     send.close()
+    with _live_lock:
+        _live.add(child.pid)
+    forkserver = reaper.parent_of(child.pid)
     try:
         if not receive.poll(timeout):
+            reaper.kill_descendants(child.pid)
             child.kill()
             raise StageFailed(f"{what} hung: no result after {timeout:g} s (the case's timeout); "
-                              "its process was killed")
+                              "its process and every process it started were killed")
         try:
             ok, value = receive.recv()
         except EOFError:  # the child died before answering
@@ -93,8 +127,12 @@ def call(target, args: tuple, timeout: float, what: str):
     finally:
         receive.close()
         child.join()
+        with _live_lock:
+            _live.discard(child.pid)
+        if forkserver:
+            _sweep(forkserver)
     if not ok:
-        raise StageFailed(f"{what} raised:\n{value}")
+        raise value if isinstance(value, VerificationFailure) else StageFailed(f"{what} raised:\n{value}")
     return value
 
 

@@ -50,7 +50,7 @@ class CorruptObject(Exception):
     def __init__(self, entry, name: str, problem: str):
         what = f"object {name!r}" if name is not None else "its record"
         super().__init__(f"cache entry {entry.stage}:{entry.case} (key {entry.key[:12]}): {what} {problem}")
-        self.entry = entry
+        self.entry, self.name, self.problem = entry, name, problem
 
 
 @dataclass(frozen=True)

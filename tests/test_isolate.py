@@ -129,12 +129,12 @@ extern "C" void cpp_compile_error(const float* x, float* out, int64_t n) {
 EXPECTED = {
     "segfault": "the kernel of segfault crashed: killed by signal SIGSEGV (11: Segmentation fault)",
     "aborts": "the kernel of aborts crashed: killed by signal SIGABRT (6: Aborted)",
-    "hangs": "the kernel of hangs hung: no result after 3 s (the case's timeout); its process was killed",
+    "hangs": "the kernel of hangs hung: no result after 3 s (the case's timeout); its process and every process it started were killed",
     "writes_past_end": "the guard region out (after) lost its canary",
     "writes_before_start": "the guard region out (before) lost its canary",
     "raises": "ValueError: boom",
     "cpp_segfault": "the kernel of cpp_segfault crashed: killed by signal SIGSEGV (11: Segmentation fault)",
-    "cpp_hangs": "the kernel of cpp_hangs hung: no result after 3 s (the case's timeout); its process was killed",
+    "cpp_hangs": "the kernel of cpp_hangs hung: no result after 3 s (the case's timeout); its process and every process it started were killed",
     "cpp_writes_one_past": "the guard region out (after) lost its canary",
 }
 

@@ -1,14 +1,16 @@
 """Never a wrong PASS, in-process: what keys follow, what cannot be fingerprinted, and verdicts and
 messages that cannot be misread (golden_tasks.run; the doit side is in test_soundness_doit.py)."""
-import threading
-
 import pytest
 import torch
 
 import golden_tasks
 from golden_tasks import In, InOut, Out, ScalarSpec, Scalar, TensorSpec, jit
 
-LOCK = threading.Lock()  # state Python does not expose: it cannot be fingerprinted
+class Marker(Exception):
+    """An exception instance keeps C state a fingerprint cannot read, and still pickles."""
+
+
+MARK = Marker("reference")
 
 
 @jit(backend="eager")
@@ -21,8 +23,8 @@ def golden_copy(t):
 
 
 def golden_guarded(t):
-    with LOCK:
-        t["out"].copy_(t["x"])
+    assert MARK.args == ("reference",)
+    t["out"].copy_(t["x"])
 
 
 def copy_specs(init=torch.randn):
@@ -150,3 +152,16 @@ def test_the_default_backend_computes_in_the_precision_the_kernel_is_written_in(
         result = golden_tasks.run(fn=accumulate_half, specs=specs, golden=golden_accumulate_half, rtol=0, atol=0,
                                   rounds=1, backend=backend)
         assert result.passed, f"{backend}: {result.error}"
+
+
+def test_a_case_that_cannot_cross_into_the_isolated_process_says_so():
+    import threading
+    lock = threading.Lock()
+
+    def golden_locked(t):
+        with lock:
+            t["out"].copy_(t["x"])
+    result = golden_tasks.run(fn=copy, specs=copy_specs, golden=golden_locked, name="locked")
+    assert not result.passed
+    assert "case 'locked': its kernel, golden and comparators run in an isolated process, so they must pickle" \
+        in result.error and "_thread.lock" in result.error

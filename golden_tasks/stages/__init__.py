@@ -35,3 +35,19 @@ def kernel_args(table: list, inputs: Outputs) -> list:
         else:
             args.append(inputs.tensors[row["name"]].clone())
     return args
+
+
+def same_bits(a, b) -> bool:
+    """Bitwise equality of two tensors of one dtype and shape (a NaN equals itself)."""
+    import torch  # noqa: PLC0415
+
+    return a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
+
+
+def check_inputs_untouched(table: list, args: list, inputs: Outputs, what: str) -> None:
+    """Raise StageFailed naming every In tensor in `args` that no longer holds its input: the kernel
+    wrote a parameter it may only read (through a view, a raw pointer, ...)."""
+    written = [row["name"] for row, arg in zip(table, args) if row["kind"] == "tensor" and row["direction"] == "in"
+               and not same_bits(arg, inputs.tensors[row["name"]])]
+    if written:
+        raise StageFailed(f"{what} wrote its In parameter {', '.join(map(repr, written))}: inputs are read-only")

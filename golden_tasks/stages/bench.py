@@ -6,8 +6,8 @@ import statistics
 import time
 
 from .. import isolate
-from . import Outputs, kernel_args
-from .dispatch import load_checked, on_device
+from . import Outputs, check_inputs_untouched, kernel_args
+from .dispatch import back_to_host, load_checked, on_device
 
 
 def measure(call, warmup: int, rounds: int) -> dict:
@@ -25,9 +25,11 @@ def measure(call, warmup: int, rounds: int) -> dict:
 
 def measure_kernel(artifact, args: list, bench: dict) -> dict:
     """Runs in the child: load the artifact there and time it, its arguments already on its device
-    (a CUDA launcher returns when its kernels are done)."""
-    kernel, args = artifact.load(), on_device(artifact, args)
-    return measure(lambda: kernel(*args), **bench)
+    (a CUDA launcher returns when its kernels are done); then what the rounds left goes back to `args`."""
+    kernel, moved = artifact.load(), on_device(artifact, args)
+    stats = measure(lambda: kernel(*moved), **bench)
+    back_to_host(args, moved)
+    return stats
 
 
 def run(case, plan, workdir, abi, compile, inputs):
@@ -39,4 +41,6 @@ def run(case, plan, workdir, abi, compile, inputs):
     # each call may take up to the case's timeout, plus one for loading
     stats = isolate.call(measure_kernel, (artifact, args, plan["bench"]), plan["timeout"] * (calls + 1),
                          f"the benchmark of {plan['case']}")
+    # once, after every round: a write to an input in any round persists (unless the kernel undoes it)
+    check_inputs_untouched(abi.meta["table"], args, inputs, f"the kernel of {plan['case']} (in its benchmark)")
     return Outputs(stats={"kernel_us": stats})

@@ -7,7 +7,7 @@ kernel without a GPU) is skipped with the reason, never passed.
 """
 from .. import isolate
 from ..forms import Artifact
-from . import Outputs, StageFailed, kernel_args
+from . import Outputs, StageFailed, check_inputs_untouched, kernel_args
 
 
 def load_checked(compiled, abi) -> Artifact:
@@ -26,13 +26,19 @@ def on_device(artifact: Artifact, args: list) -> list:
     return [a.to(artifact.device) if hasattr(a, "to") else a for a in args]
 
 
+def back_to_host(args: list, moved: list) -> None:
+    """Copy what the kernel left in its device arguments back into `args` (In tensors too, so that
+    a write to one is seen)."""
+    for arg, result in zip(args, moved):
+        if result is not arg:
+            arg.copy_(result)
+
+
 def call_kernel(artifact: Artifact, args: list) -> None:
     """Runs in the child: load the artifact there, call it once, outputs back into `args`."""
     moved = on_device(artifact, args)
     artifact.load()(*moved)
-    for arg, result in zip(args, moved):
-        if result is not arg:
-            arg.copy_(result)
+    back_to_host(args, moved)
 
 
 def run(case, plan, workdir, abi, compile, inputs):
@@ -46,6 +52,7 @@ def run(case, plan, workdir, abi, compile, inputs):
     for i, g in guarded.items():
         args[i] = g.tensor
     isolate.call(call_kernel, (artifact, args), plan["timeout"], f"the kernel of {plan['case']}")
+    check_inputs_untouched(table, args, inputs, f"the kernel of {plan['case']}")
     clobbered = [f"{g.name} ({side})" for g in guarded.values() for side in g.clobbered()]
     if clobbered:
         raise StageFailed(f"the kernel of {plan['case']} wrote outside its outputs: the guard region "

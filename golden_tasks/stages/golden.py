@@ -6,11 +6,9 @@ values. A golden that leaves a pure Out untouched fails here, rather than as a
 kernel mismatch against the untouched buffer. It is timed on the same inputs
 for the report's speedup.
 """
-import torch
-
 from .. import data
 from ..specs import stamp_all
-from . import Outputs, StageFailed
+from . import Outputs, StageFailed, same_bits
 from .bench import measure
 from .inputs import make
 
@@ -38,15 +36,10 @@ def run(case, plan, workdir, abi, inputs):
     except Exception as exc:
         raise StageFailed(f"golden of {plan['case']} raised {type(exc).__name__}: {exc}") from exc
     untouched = [name for name, (buffer, version, initial) in buffers.items()
-                 if args[name] is buffer and buffer._version == version and _same_bits(buffer, initial)]
+                 if args[name] is buffer and buffer._version == version and same_bits(buffer, initial)]
     if untouched:
         raise StageFailed(f"golden of {plan['case']} never wrote its output {', '.join(map(repr, untouched))}: "
                           "it still holds its initial value (write it in place, e.g. t['out'].copy_(...))")
     outputs = {s.name: args[s.name].clone() for s in specs if s.kind == "tensor" and s.is_output}
     timing = measure(lambda: case.golden(args), **plan["bench"])
     return Outputs(tensors=outputs, stats={"golden_us": timing})
-
-
-def _same_bits(a, b) -> bool:
-    """Bitwise equality (a NaN marker equals itself)."""
-    return a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))

@@ -1,0 +1,127 @@
+"""Processes that end with their owner: no process a kernel starts outlives its case.
+
+Linux gives the tools, through prctl(2): a *subreaper* adopts the orphans of its
+descendants (a daemon a kernel starts with a double fork or a new session
+re-parents to it, not to init, so it can still be found and killed), and a
+*parent-death signal* is sent to a process when the thread that created it dies.
+The process tree is read from /proc (each process's parent). Elsewhere these are
+no-ops: isolation then still fails a crashing or hanging case, but cannot
+promise that nothing it started is left.
+"""
+import ctypes
+import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_LINUX = sys.platform.startswith("linux")
+_libc = ctypes.CDLL(None, use_errno=True) if _LINUX else None
+
+
+def adopt_orphans() -> None:
+    """Make this process the subreaper of its descendants."""
+    if _LINUX:
+        _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Have `sig` sent to this process when its parent dies (and now, if it already has)."""
+    if _LINUX:
+        parent = os.getppid()
+        _libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # died before the request took effect
+            os.kill(os.getpid(), sig)
+
+
+def own_tree_until_parent_dies() -> None:
+    """Adopt the orphans below, and when the parent dies (SIGTERM, or a SIGTERM from anyone),
+    kill everything below and exit: for long-lived processes that start others (doit workers,
+    the isolation forkserver), whose children may be compilers or kernels that ignore signals."""
+    adopt_orphans()
+
+    def end(signum, frame):
+        kill_descendants()
+        os._exit(128 + signum)
+    signal.signal(signal.SIGTERM, end)
+    die_with_parent(signal.SIGTERM)
+
+
+def _parents() -> dict:
+    """pid -> parent pid of every process visible in /proc."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:  # gone meanwhile
+                continue
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
+            found[int(entry)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+    return found
+
+
+def parent_of(pid: int) -> int:
+    """The parent of `pid`, or None (gone, or not Linux)."""
+    return _parents().get(pid) if _LINUX else None
+
+
+def children(pid: int) -> set:
+    """The direct children of `pid` now."""
+    return {p for p, parent in _parents().items() if parent == pid} if _LINUX else set()
+
+
+def descendants(pid: int) -> set:
+    """Every process below `pid` in the tree now (not `pid` itself)."""
+    if not _LINUX:
+        return set()
+    parents, found, todo = _parents(), set(), [pid]
+    while todo:
+        above = todo.pop()
+        below = {p for p, parent in parents.items() if parent == above and p not in found}
+        found |= below
+        todo.extend(below)
+    return found
+
+
+def kill(pids) -> None:
+    """SIGKILL each of `pids` (already gone is fine)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def reap() -> None:
+    """Collect every exited child of this process (adopted orphans included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_descendants(pid: int = None) -> int:
+    """Kill everything below `pid` (default: this process) until nothing is left, reaping what was
+    this process's; returns how many processes were killed. Orphans of a killed process re-parent
+    to the nearest subreaper, so with this process one, a second pass finds them."""
+    pid = pid or os.getpid()
+    killed = 0
+    for _ in range(100):  # a fork bomb outruns no bound; give up rather than spin forever
+        found = descendants(pid)
+        if not found:
+            break
+        kill(found)
+        killed += len(found)
+        if pid == os.getpid():
+            for child in found & children(pid):
+                try:
+                    os.waitpid(child, 0)
+                except ChildProcessError:
+                    pass
+        reap()
+    return killed
