@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -80,13 +79,14 @@ def plan_in_subprocess(root: Path, stems: list, profile: str = None) -> dict:
     """plan_modules(root, stems), run in a fresh interpreter under `profile` (default: the active one).
     Raises RuntimeError, with the subprocess's stderr, when it fails."""
     env = {**os.environ, config.PROFILE_ENV: profile} if profile else None
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "plans.json"
-        proc = subprocess.run([sys.executable, "-m", "golden_tasks.discover", str(root), str(out), *stems],
-                              cwd=root, env=env, capture_output=True, text=True)
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"planning the kernel library failed:\n{proc.stderr}")
-        return json.loads(out.read_text())
+    proc = subprocess.run([sys.executable, "-m", "golden_tasks.discover", str(root), *stems],
+                          cwd=root, env=env, capture_output=True, text=True)
+    try:
+        if proc.returncode == 0:
+            return json.loads(proc.stdout)
+    except ValueError:
+        pass
+    raise RuntimeError(f"planning the kernel library failed:\n{proc.stderr}")
 
 
 def _import_error(stem: str, exc: BaseException) -> str:
@@ -140,5 +140,10 @@ def plan_modules(root: Path, stems: list) -> dict:
 
 
 if __name__ == "__main__":
-    root_arg, out_arg, *stem_args = sys.argv[1:]
-    Path(out_arg).write_text(json.dumps(plan_modules(Path(root_arg).resolve(), stem_args)))
+    # The plans go to stdout (a pipe: no file to write, so a full disk cannot lose them); whatever
+    # the kernel modules print goes to stderr instead.
+    plans_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    root_arg, *stem_args = sys.argv[1:]
+    json.dump(plan_modules(Path(root_arg).resolve(), stem_args), plans_out)
+    plans_out.close()

@@ -101,7 +101,7 @@ def library(root: Path) -> Library:
     if root not in _libraries:
         try:
             _libraries[root] = Library(root)
-        except (VerificationFailure, ValueError) as exc:
+        except (VerificationFailure, ValueError, RuntimeError) as exc:  # RuntimeError: planning itself failed
             sys.exit(f"golden-tasks: {exc}")
     return _libraries[root]
 
