@@ -12,6 +12,7 @@ without crashing clobbers one, and the call fails naming the tensor and side.
 """
 import contextlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -74,7 +75,23 @@ def _child(target, args, conn, environ, cwd):
 
 
 _live = set()  # children of this process's calls now running (their forkserver's other children are strays)
-_live_lock = threading.Lock()
+_live_lock = threading.Condition()  # notified when _live changes
+_server_environ = None  # the environment the forkserver was started with
+
+
+def _start(child) -> None:
+    """Start `child` from a forkserver that has this process's environment. What torch read from
+    the environment when the forkserver imported it (CXX, TORCHINDUCTOR_* settings) stays fixed
+    there, so after a change of environment the forkserver is restarted, once no call runs."""
+    global _server_environ
+    with _live_lock:
+        if _server_environ is not None and _server_environ != os.environ:
+            _live_lock.wait_for(lambda: not _live)
+            multiprocessing.forkserver._forkserver._stop()  # private, but the only way to restart it
+        _server_environ = dict(os.environ)
+        with _main_not_reimported():
+            child.start()
+        _live.add(child.pid)
 
 
 def _sweep(forkserver: int) -> None:
@@ -107,11 +124,8 @@ def call(target, args: tuple, timeout: float, what: str):
     ctx = _context()
     receive, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child, args=(target, args, send, dict(os.environ), os.getcwd()), daemon=True)
-    with _main_not_reimported():
-        child.start()
+    _start(child)
     send.close()
-    with _live_lock:
-        _live.add(child.pid)
     forkserver = reaper.parent_of(child.pid)
     try:
         if not receive.poll(timeout):
@@ -129,6 +143,7 @@ def call(target, args: tuple, timeout: float, what: str):
         child.join()
         with _live_lock:
             _live.discard(child.pid)
+            _live_lock.notify_all()
         if forkserver:
             _sweep(forkserver)
     if not ok:

@@ -231,3 +231,17 @@ def test_an_unguarded_script_calling_run_is_not_reimported_by_the_children(tmp_p
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["script body ran", "passed"]
+
+
+def inductor_cxx():
+    import torch._inductor.config  # read by torch when the forkserver imported it
+
+    return torch._inductor.config.cpp.cxx[1]
+
+
+def test_a_changed_environment_reaches_what_torch_read_at_import(monkeypatch):
+    from golden_tasks import isolate
+
+    for compiler in ("gt-first-cxx", "gt-second-cxx"):
+        monkeypatch.setenv("CXX", compiler)
+        assert isolate.call(inductor_cxx, (), 60, "reading CXX") == compiler
