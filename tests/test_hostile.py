@@ -173,15 +173,20 @@ def another_object(project, not_this):
     return next(p for p in sorted((project.cache / "objects").glob("*/*")) if p != not_this and p.is_file())
 
 
-@pytest.mark.parametrize("damage", ["edit", "truncate", "delete", "swap"])
+@pytest.mark.parametrize("damage", ["edit", "truncate", "delete", "swap", "edit, read-only cache"])
 def test_a_damaged_golden_output_is_recomputed_and_the_run_ends_pass(verified, damage):
     path = object_of(verified, "golden", "softmax", "tensor")
     os.chmod(path, 0o644)
     {"edit": lambda: flip_byte(path), "truncate": lambda: os.truncate(path, 5), "delete": lambda: path.unlink(),
-     "swap": lambda: shutil.copyfile(another_object(verified, path), path)}[damage]()
-    proc = verified.console("-n", "2", "--continue", "verify", "backend=eager")
+     "swap": lambda: shutil.copyfile(another_object(verified, path), path)}[damage.split(",")[0]]()
+    readonly = damage.endswith("read-only cache")  # the damage stays; the recomputed entry lives in the overlay
+    env = {"GOLDEN_TASKS_CACHE_READONLY": "1"} if readonly else {}
+    proc = verified.console("-n", "2", "--continue", "verify", "backend=eager", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "softmax" in proc.stderr and ("left in place" if readonly else "dropping it") in proc.stderr
     assert {r["status"] for r in rows(verified).values()} == {"PASS"}
+    if readonly:  # a writable run then drops the damage for good
+        assert verified.console("verify:softmax", "backend=eager").returncode == 0
     fsck(verified)
 
 
