@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the harness lives beside the tests
 
-from differential import SITES, Differential, random_edits  # noqa: E402
+from differential import SITES, Differential, random_edits
 
 
 def main() -> int:

@@ -38,9 +38,9 @@ def reset_peak() -> float:
 
 def flash_inputs(name: str) -> dict:
     """Generate the case's inputs under the active profile; figures as a dict (run in a subprocess)."""
-    from golden_tasks.specs import stamp_all  # noqa: PLC0415
-    from golden_tasks.stages.inputs import make  # noqa: PLC0415
-    from kernels import decode_attention  # noqa: PLC0415
+    from golden_tasks.specs import stamp_all
+    from golden_tasks.stages.inputs import make
+    from kernels import decode_attention
 
     case = decode_attention.case(name).resolved(decode_attention)
     specs = stamp_all(case.specs, case.kernel.params())
@@ -52,8 +52,8 @@ def flash_inputs(name: str) -> dict:
 
 
 def small_timings(cache: str) -> list:
-    import golden_tasks  # noqa: PLC0415
-    from kernels import decode_attention  # noqa: PLC0415
+    import golden_tasks
+    from kernels import decode_attention
 
     rows = []
     for name in FLAGSHIPS:
@@ -80,7 +80,8 @@ def main():
     for name, aoti, eager, golden in rows:
         print(f"{name:12} {aoti:12.1f} {eager:13.1f} {golden:10.1f} {golden / aoti:11.1f}x")
     print("\nflash profile input generation (one fresh process per case)")
-    print(f"{'case':12} {'tensors':>8} {'generated GiB':>14} {'peak RSS MiB':>13} {'peak/generated':>15} {'seconds':>8}")
+    print(f"{'case':12} {'tensors':>8} {'generated GiB':>14} {'peak RSS MiB':>13} "
+          f"{'peak/generated':>15} {'seconds':>8}")
     for name in FLAGSHIPS:
         proc = subprocess.run([sys.executable, __file__, "--flash-inputs", name], cwd=ROOT, capture_output=True,
                               text=True, env={**os.environ, "GOLDEN_TASKS_PROFILE": "flash"})

@@ -1,8 +1,8 @@
 """Preloaded once by the isolation forkserver (golden_tasks.isolate): the work that every
 kernel child would otherwise repeat, inherited by each fork instead."""
-import torch._inductor.cpu_vec_isa
-
 import warnings
+
+import torch._inductor.cpu_vec_isa
 
 from golden_tasks import reaper
 
@@ -17,5 +17,5 @@ warnings.filterwarnings("ignore", message="forkserver: waitpid returned unexpect
 # compiler (a bad CXX) the child that needs one meets the failure and reports it for its case.
 try:
     torch._inductor.cpu_vec_isa.valid_vec_isa_list()
-except Exception:
+except Exception:  # noqa: BLE001 -- see above
     pass

@@ -21,8 +21,6 @@ from .observe import listed
 from .specs import ScalarSpec, TensorSpec, signature_of
 
 
-
-
 @dataclasses.dataclass
 class Case:
     """One verification case.

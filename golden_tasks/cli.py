@@ -9,8 +9,8 @@
 import argparse
 import json
 import sys
-from collections import Counter
 import time
+from collections import Counter
 from pathlib import Path
 
 from . import config, graph

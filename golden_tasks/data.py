@@ -21,7 +21,6 @@ from .observe import listed
 from .specs import dtype_name
 from .tensors import map_raw
 
-
 RUNTIME_FOLDERS = {"in": "data/in", "out": "data/golden"}
 
 

@@ -111,7 +111,7 @@ def plan_modules(root: Path, stems: list) -> dict:
             try:
                 module = importlib.import_module(module_name)
                 cases = module_cases(module)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- user code: its error fails the module's plans
                 result[stem] = [{"case": stem, "module": module_name, "error": _import_error(stem, exc)}]
                 continue
             plans = []
@@ -120,7 +120,7 @@ def plan_modules(root: Path, stems: list) -> dict:
                     plan, used = plan_of(case.resolved(module), module_name)
                     observer.files |= used
                     observer.env |= set(plan["external"]["env"])
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 -- user code: its error fails the case's plan
                     plan = {"case": case.name, "module": module_name, "error": f"{type(exc).__name__}: {exc}"}
                 plans.append(plan)
             names = [p["case"] for p in plans]

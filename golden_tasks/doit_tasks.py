@@ -147,7 +147,7 @@ def _run_stage(root, stage, case):
     except StalePlan as exc:
         forget(root, lib.store, plan["module"])
         return TaskFailed(f"{stage}:{case}: {exc}")
-    except Exception as exc:  # one clear message; a traceback only for the unexpected
+    except Exception as exc:  # noqa: BLE001 -- one clear message; a traceback only for the unexpected
         detail = "" if isinstance(exc, VerificationFailure) else "\n" + "".join(traceback.format_exception(exc))
         return TaskFailed(f"{stage}:{case}: {exc}{detail}")
     return True

@@ -407,7 +407,7 @@ class Fingerprinter:
                         elif _is_user_top(target.partition(".")[0]):
                             try:
                                 refs[f"import {target}"] = self._ref(importlib.import_module(target), found)
-                            except Exception as exc:  # it fails whenever the function runs, too
+                            except Exception as exc:  # noqa: BLE001 -- it fails whenever the function runs, too
                                 self.volatile.append(f"{fn.__module__}.{fn.__qualname__} imports {target}, "
                                                      f"which fails: {type(exc).__name__}: {exc}")
                         else:
@@ -459,7 +459,7 @@ def changed_parts(old: dict, new: dict) -> list:
 
 def _cell_filled(cell) -> bool:
     try:
-        cell.cell_contents
+        cell.cell_contents  # noqa: B018 -- reading an empty cell raises
     except ValueError:
         return False
     return True

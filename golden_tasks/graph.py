@@ -220,7 +220,7 @@ def _by_value(case, plan: dict) -> bytes:
 
     try:
         return dumps_by_value(case)
-    except Exception as exc:  # an object that no pickler can carry: a lock, an open file
+    except Exception as exc:  # noqa: BLE001 -- an object that no pickler can carry: a lock, an open file
         raise SpecError(f"case {plan['case']!r}: its kernel, golden and comparators run in an isolated process, "
                         f"so they must pickle, and they do not: {type(exc).__name__}: {exc}") from None
 

@@ -20,7 +20,7 @@ import threading
 import traceback
 
 import torch
-import torch.multiprocessing  # noqa: F401 -- registers shared-memory pickling of tensors
+import torch.multiprocessing  # registers shared-memory pickling of tensors
 
 from . import reaper
 from .errors import StageFailed, VerificationFailure
@@ -67,7 +67,7 @@ def _child(target, args, conn, environ, cwd):
         result = (True, target(*args))
     except VerificationFailure as exc:  # a verdict: its message is the report
         result = (False, exc)
-    except BaseException as exc:  # reported by the parent as the stage's failure, with its traceback
+    except BaseException as exc:  # noqa: BLE001 -- reported by the parent as the stage's failure, with its traceback
         result = (False, "".join(traceback.format_exception(exc)).rstrip())
     reaper.kill_descendants()  # background processes the call started end with it
     conn.send(result)

@@ -19,7 +19,8 @@ from .fingerprint import LIBRARY_ROOTS, is_user_module
 from .hashing import digest_bytes, digest_file
 
 _SYSTEM = ("/proc/", "/sys/", "/dev/")
-_ENVIRON_FRAMES = (os.__file__, "<frozen os>", "_collections_abc.py", "<frozen _collections_abc>")  # os.environ, Mapping.get
+# os.environ, Mapping.get
+_ENVIRON_FRAMES = (os.__file__, "<frozen os>", "_collections_abc.py", "<frozen _collections_abc>")
 
 
 class Observer:

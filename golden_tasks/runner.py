@@ -55,7 +55,8 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
                     inputs_from=inputs_from, golden_from=golden_from, file_deps=tuple(file_deps),
                     env_deps=tuple(env_deps)).resolved()
         plan, _ = plan_of(case)
-        plan = graph.for_this_run({**plan, "profile": config.profile()})  # as discover's plans; the runtime dir records it
+        # as discover's plans; the runtime dir records it
+        plan = graph.for_this_run({**plan, "profile": config.profile()})
     except VerificationFailure as exc:
         plan["error"] = str(exc)
     if not plan.get("error"):
@@ -63,7 +64,7 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
         for stage in graph.STAGES:
             try:
                 entry, ran = graph.execute(stage, plan, store, case)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
                 detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
                 states[stage.name], errors[stage.name] = report.FAILED, f"{exc}{detail}"
                 break

@@ -25,10 +25,19 @@ import torch
 
 from golden_tasks import Case, In, InOut, Out, jit
 from kernels._dsv4 import DIMS, ROUNDINGS_KEPT, scenario, spec, step_specs
-from kernels.compressor import COMPARE as COMPRESSOR_COMPARE, compress, compressor_specs, golden_compress
+from kernels.compressor import COMPARE as COMPRESSOR_COMPARE
+from kernels.compressor import compress, compressor_specs, golden_compress
 from kernels.indexer import golden_index, index_topk, indexer_specs
-from kernels.sparse_attention import (ATTENTION_TOLERANCE, attend, attention_specs, finish, gather, golden_attend,
-                                      golden_finish, physical_rows)
+from kernels.sparse_attention import (
+    ATTENTION_TOLERANCE,
+    attend,
+    attention_specs,
+    finish,
+    gather,
+    golden_attend,
+    golden_finish,
+    physical_rows,
+)
 
 # --- kernel side
 

@@ -21,7 +21,18 @@ import torch
 
 from golden_tasks import Case, In, Out, jit, topk_pair_compare
 from golden_tasks.compare import Allclose
-from kernels._dsv4 import DIMS, ROUNDINGS_KEPT, hadamard, positive, randn_scaled, random_int8, rope_table, scenario, spec, step_specs
+from kernels._dsv4 import (
+    DIMS,
+    ROUNDINGS_KEPT,
+    hadamard,
+    positive,
+    randn_scaled,
+    random_int8,
+    rope_table,
+    scenario,
+    spec,
+    step_specs,
+)
 from kernels.sparse_attention import golden_rope, rotate_pairs
 
 FLT_MAX = torch.finfo(torch.float32).max

@@ -3,8 +3,17 @@ import numpy as np
 import pytest
 import torch
 
-from golden_tasks.compare import (Allclose, Comparison, Policy, Sides, allclose, error_distribution, ratio_allclose,
-                                  ratio_reldiff, topk_pair_compare)
+from golden_tasks.compare import (
+    Allclose,
+    Comparison,
+    Policy,
+    Sides,
+    allclose,
+    error_distribution,
+    ratio_allclose,
+    ratio_reldiff,
+    topk_pair_compare,
+)
 from golden_tasks.fingerprint import fingerprint
 
 POLICY = Policy(rtol=1e-3, atol=1e-5)
@@ -381,7 +390,10 @@ IDX = torch.tensor([[0, 1, 2], [3, 4, -1]])
 VALS = torch.tensor([[5.0, 4.0, 4.0], [2.0, 1.0, 0.0]])
 
 
-def topk(a_idx, a_vals=VALS, comparator=topk_pair_compare("scores")):
+TOPK = topk_pair_compare("scores")
+
+
+def topk(a_idx, a_vals=VALS, comparator=TOPK):
     return judge(comparator, a_idx, IDX, name="idx", scores=(a_vals, VALS))
 
 

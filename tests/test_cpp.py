@@ -9,14 +9,18 @@ import textwrap
 import pytest
 import torch
 
-from golden_tasks.cpp import CppArtifact, c_scalar, prerequisites  # the submodule first: `golden_tasks.cpp` must stay the decorator
+import golden_tasks
 from golden_tasks import CompileError, In, Out, Scalar, ScalarSpec, SpecError, TensorSpec, cpp
+from golden_tasks.cpp import (  # the submodule first: `golden_tasks.cpp` must stay the decorator
+    CppArtifact,
+    c_scalar,
+    prerequisites,
+)
 from golden_tasks.errors import StageFailed
 from golden_tasks.fingerprint import Fingerprinter, parts
 from golden_tasks.forms import Artifact
 from golden_tasks.specs import signature_of
 from golden_tasks.stages import abi
-import golden_tasks
 
 F32, I64 = torch.float32, torch.int64
 HALF_MAX, BF16_MAX = torch.finfo(torch.float16).max, torch.finfo(torch.bfloat16).max

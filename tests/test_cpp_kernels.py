@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 import torch
+from project import ROOT, Project
 
 from golden_tasks import ScalarSpec, TensorSpec
 from golden_tasks.errors import StageFailed
 from golden_tasks.specs import dtype_of
 from kernels import cpp_kernels, gemm, rms_norm, softmax
-from project import ROOT, Project
 
 U = 2.0 ** -24
 TINY = torch.finfo(torch.float32).tiny  # gt_expf flushes results below it to 0

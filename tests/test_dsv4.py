@@ -46,7 +46,7 @@ def test_validation_report_names_the_comparators_figures(project):
 def test_flagship_passes_across_ten_seeds(project, tmp_path, monkeypatch, name):
     """Each seed draws other positions, block tables and data; the compiled kernel is reused."""
     monkeypatch.syspath_prepend(str(ROOT))
-    from kernels import decode_attention  # noqa: PLC0415
+    from kernels import decode_attention
 
     for seed in range(10):
         case = decode_attention.case(name, seed)

@@ -471,7 +471,7 @@ def test_a_library_imported_inside_the_function_is_named_loaded_or_not(load):
 
 
 def test_library_code_is_named_with_its_distribution_version():
-    import numpy  # noqa: PLC0415
+    import numpy
 
     version = f"numpy=={importlib.metadata.version('numpy')}"
     assert Fingerprinter().token(numpy.ma.MaskedArray) == ["lib", "numpy.ma.MaskedArray", version]

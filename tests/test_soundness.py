@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import golden_tasks
-from golden_tasks import In, InOut, Out, ScalarSpec, Scalar, TensorSpec, jit
+from golden_tasks import In, InOut, Out, Scalar, ScalarSpec, TensorSpec, jit
+
 
 class Marker(Exception):
     """An exception instance keeps C state a fingerprint cannot read, and still pickles."""

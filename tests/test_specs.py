@@ -54,9 +54,9 @@ def test_scalar_checks(dtype, value, match):
 def test_direction_is_stamped_never_guessed():
     spec = TensorSpec("x", (2,), torch.float32)
     with pytest.raises(SpecError, match="before the ABI stage stamped"):
-        spec.is_output
+        _ = spec.is_output
     with pytest.raises(SpecError):
-        spec.is_input
+        _ = spec.is_input
     out = spec.stamped("out")
     assert out.is_output and not out.is_input and spec._direction is None
     inout = spec.stamped("inout")

@@ -6,7 +6,7 @@ knows nothing about doit or the store; a FAIL verdict is a raised StageFailed.
 """
 import dataclasses
 
-from ..errors import StageFailed  # noqa: F401 -- the stages' failure type
+from ..errors import StageFailed  # the stages' failure type, for their callers
 
 
 @dataclasses.dataclass
