@@ -39,7 +39,7 @@ def reset_peak() -> float:
 def flash_inputs(name: str) -> dict:
     """Generate the case's inputs under the active profile; figures as a dict (run in a subprocess)."""
     from golden_tasks.specs import stamp_all
-    from golden_tasks.stages.inputs import make
+    from golden_tasks.stages import make
     from kernels import decode_attention
 
     case = decode_attention.case(name).resolved(decode_attention)

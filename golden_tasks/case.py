@@ -1,23 +1,22 @@
-"""A kernel case: kernel, specs, golden and validation policy, and its plan.
-
-The plan is the JSON-able description of a case that the task graph keys on:
-fingerprints of the kernel, golden and policy, the spec descriptors, the
-declared parameter table. It is computed where the case's module is imported
-(a discovery subprocess, a worker, or `golden_tasks.run`) and handed to the
-doit parent, which never imports kernel modules.
+"""A kernel case: kernel, specs, golden and validation policy, and its plan (golden_tasks.plan):
+fingerprints of the kernel, golden and policy, the spec descriptors, the declared parameter
+table, computed where the case's module is imported.
 """
 import dataclasses
 import glob
 import importlib
+import json
 import os
 from pathlib import Path
 
+from .compare import Policy
 from .data import describe
 from .errors import SpecError, StalePlan
 from .fingerprint import Fingerprinter, parts
 from .forms import KernelForm
 from .hashing import digest_file
 from .observe import listed
+from .plan import SOURCE_FIELDS, Plan
 from .specs import ScalarSpec, TensorSpec, signature_of
 
 
@@ -84,6 +83,10 @@ class Case:
         root = self.root or (Path(module.__file__).parent if module else Path.cwd())
         return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, root=Path(root).resolve())
 
+    def policy(self) -> Policy:
+        """How its outputs are validated (the validate stage's view of a case)."""
+        return Policy(self.rtol, self.atol, self.ignore_nan, self.compare)
+
     def _specs(self) -> list:
         """The spec list, from `specs` or by calling it; anything else is a SpecError naming the case."""
         try:
@@ -119,13 +122,7 @@ def declared_reads(case: Case) -> tuple[dict, set]:
     return {"files": files, "env": {name: os.environ.get(name) for name in case.env_deps}}, read
 
 
-# Plan fields that come from the module's source; the others (backend, options,
-# bench, timeout) may also be overridden from the command line.
-SOURCE_FIELDS = ("params", "signature", "specs", "seed", "kernel", "golden", "policy", "data_in", "data_out",
-                 "external")
-
-
-def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
+def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, set]:
     """The plan of a resolved case, and the user source files its fingerprints read."""
     fp = Fingerprinter()
     data, data_files = describe(case, case.kernel.params())
@@ -136,29 +133,15 @@ def plan_of(case: Case, module: str = None) -> tuple[dict, set]:
         if s.kind == "tensor":
             desc["init"] = fp(s.init_value)
         specs.append(desc)
-    plan = {
-        "case": case.name,
-        "module": module,
-        "params": case.kernel.params(),
-        "signature": [signature_of(s) for s in case.specs],
-        "specs": specs,
-        "seed": case.seed,
-        "kernel": fp(case.kernel),
-        "backend": case.backend,
-        "options": case.options,
-        "golden": fp(case.golden) if case.golden is not None else None,
-        "policy": fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan,
-                      "compare": case.compare}),
-        "bench": {"warmup": case.warmup, "rounds": case.rounds},
-        "timeout": case.timeout,  # in no key: it decides only whether a call is a hang
-        **data,
-        "external": external,
-        # not in any key: lets `golden-tasks explain` name the function or constant that changed
-        "parts": {"kernel": parts(case.kernel, fp),
-                  "golden": parts(case.golden, fp) if case.golden is not None else {}},
-    }
-    if fp.volatile:  # not in any key itself: for_this_run turns it into a nonce
-        plan["volatile"] = sorted(set(fp.volatile))
+    plan = Plan(
+        case=case.name, module=module, profile=profile, timeout=case.timeout,
+        params=case.kernel.params(), signature=[signature_of(s) for s in case.specs], specs=specs, seed=case.seed,
+        kernel=fp(case.kernel), backend=case.backend, options=case.options,
+        golden=fp(case.golden) if case.golden is not None else None,
+        policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),
+        bench={"warmup": case.warmup, "rounds": case.rounds}, **data, external=external,
+        parts={"kernel": parts(case.kernel, fp), "golden": parts(case.golden, fp) if case.golden is not None else {}},
+        volatile=sorted(set(fp.volatile)))
     return plan, fp.files | data_files | external_files
 
 
@@ -169,20 +152,25 @@ def module_cases(module) -> list:
     return list(cases)
 
 
-def live_case(plan: dict) -> Case:
+def live_case(plan: Plan) -> Case:
     """Import the plan's module and return its case, checked against the plan.
 
     A module edited after planning would make the cached keys lie; refuse it
     (StalePlan: the caller forgets the plan, so that the next run re-plans).
     """
-    module = importlib.import_module(plan["module"])
+    module = importlib.import_module(plan.module)
     for case in module_cases(module):
-        if case.name == plan["case"]:
+        if case.name == plan.case:
             resolved = case.resolved(module)
-            current, _ = plan_of(resolved, plan["module"])
-            changed = [k for k in SOURCE_FIELDS if current[k] != plan[k]]
+            current, _ = plan_of(resolved, plan.module)
+            changed = [k for k in SOURCE_FIELDS if _as_json(getattr(current, k)) != _as_json(getattr(plan, k))]
             if changed:
-                raise StalePlan(f"case {plan['case']!r}: its source changed since the task graph was planned "
+                raise StalePlan(f"case {plan.case!r}: its source changed since the task graph was planned "
                                 f"({', '.join(changed)}); it is planned again on the next run: run doit again")
             return resolved
-    raise SpecError(f"case {plan['case']!r} is no longer defined in {module.__file__}")
+    raise SpecError(f"case {plan.case!r} is no longer defined in {module.__file__}")
+
+
+def _as_json(value):
+    """The value as it reads back from JSON (tuples become lists), as planned plans were."""
+    return json.loads(json.dumps(value))

@@ -16,6 +16,7 @@ from pathlib import Path
 from . import config, graph
 from .fingerprint import changed_parts
 from .hashing import digest_file
+from .library import planned_library, run_variables
 from .store import CorruptObject, Entry, Store, object_problem
 
 UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -110,17 +111,14 @@ def cmd_verify(store: Store, args) -> int:
 
 def _plans(project: Path, store: Store, variables=()) -> dict:
     """The library's plans, with doit-style NAME=VALUE variables applied (profile=NAME as in doit)."""
-    from .doit_tasks import apply_profile, command_line_overrides, planned_library  # noqa: PLC0415
-
     pairs = dict(v.split("=", 1) for v in variables)
-    apply_profile(pairs.get)
-    return planned_library(project, store, command_line_overrides(pairs.get))
+    return planned_library(project, store, run_variables(pairs.get))
 
 
 def _current_keys(project: Path, store: Store, variables) -> set:
     keep = set()
     for plan in _plans(project, store, variables).values():
-        if plan.get("error"):
+        if plan.error:
             continue
         for stage in graph.STAGES:
             key, _ = graph.resolve(stage, plan, store)
@@ -194,11 +192,11 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
     if case not in plans:
         raise SystemExit(f"no case {case!r} in {project / 'kernels'}")
     plan, stage = plans[case], graph.BY_NAME[stage_name]
-    if plan.get("error"):
-        return f"{target}: the case cannot be planned: {plan['error']}"
-    if plan.get("volatile"):
+    if plan.error:
+        return f"{target}: the case cannot be planned: {plan.error}"
+    if plan.volatile:
         return (f"{target} is not up to date: it recomputes on every run: it depends on what cannot be "
-                f"fingerprinted: {'; '.join(plan['volatile'])}")
+                f"fingerprinted: {'; '.join(plan.volatile)}")
     key, upstream = graph.resolve(stage, plan, store)
     if key is None:
         missing = [n for n in stage.reads if graph.cached(graph.BY_NAME[n], plan, store) is None]
@@ -206,7 +204,7 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
     if store.get(stage_name, key):
         return f"{target} is up to date (key {key[:16]})"
     current = graph.recipe(stage, plan, upstream)
-    current["parts"] = {f: plan["parts"][f] for f in stage.plan_fields if f in plan.get("parts", {})}
+    current["parts"] = graph.parts_detail(stage, plan)
     previous = [e for _, e in sorted(entries(store), key=lambda pe: pe[0].stat().st_mtime)
                 if e.stage == stage_name and e.case == case and e.recipe]
     if not previous:

@@ -120,46 +120,75 @@ def _bound(e: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
     return bound if e.is_floating_point() else bound.clamp(max=_INT_BOUND_CAP).floor().long()
 
 
-def _excess(diff, bound):
-    """How far each point is past its bound; NaN/Inf differences rank worst."""
-    over = diff - bound
-    return torch.where(torch.isfinite(diff), over, math.inf) if over.is_floating_point() else over
+class _Unjudgeable(Exception):
+    """An output that cannot be judged at all; `verdict` is the failing Comparison (see `_Comparator`)."""
+
+    def __init__(self, message: str, total: int = 0):
+        super().__init__(message)
+        self.total = total
+
+    def verdict(self, name: str) -> "Comparison":
+        return Comparison(name, False, str(self), total=self.total)
 
 
-def _mismatch(name: str, actual: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """Why the pair cannot be compared (shapes or dtypes differ, a dtype the comparators cannot read), else None."""
+def _comparable(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Raises `_Unjudgeable` when the pair cannot be compared: shapes or dtypes differ, or a dtype the comparators
+    cannot read."""
     if tuple(actual.shape) != tuple(expected.shape):
-        return f"output {name!r}: shape {tuple(actual.shape)} != golden shape {tuple(expected.shape)}"
+        raise _Unjudgeable(f"output {name!r}: shape {tuple(actual.shape)} != golden shape {tuple(expected.shape)}")
     if actual.dtype != expected.dtype:
-        return f"output {name!r}: dtype {actual.dtype} != golden dtype {expected.dtype}"
+        raise _Unjudgeable(f"output {name!r}: dtype {actual.dtype} != golden dtype {expected.dtype}")
     # torch has no uint64 arithmetic, and double() would drop a complex output's imaginary part
     if expected.dtype == torch.uint64 or expected.is_complex():
-        return f"output {name!r}: dtype {expected.dtype} is not supported by the comparators"
-    return None
+        raise _Unjudgeable(f"output {name!r}: dtype {expected.dtype} is not supported by the comparators")
+
+
+def _settings(comparator, policy: Policy, exact: bool) -> tuple:
+    """(rtol, atol, ignore_nan): the comparator's own, or the policy's where it has None or no such field; the
+    policy's rtol and atol are float tolerances, so an `exact` (integer or bool) output takes 0 for them instead."""
+    fallback = {"rtol": 0.0 if exact else policy.rtol, "atol": 0.0 if exact else policy.atol,
+                "ignore_nan": policy.ignore_nan}
+    return tuple(fallback[k] if getattr(comparator, k, None) is None else getattr(comparator, k) for k in fallback)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Flat:
-    """An output and its golden `_widen`ed and flattened, with the points that are judged (`considered`)."""
+    """An output and its golden `_widen`ed and flattened, with the points that are judged (`considered`) and the
+    comparator's `_settings` tolerances."""
     shape: tuple
     a: torch.Tensor
     e: torch.Tensor
     considered: torch.Tensor
+    rtol: float
+    atol: float
 
     @classmethod
-    def of(cls, actual, expected, ignore_nan: bool) -> "_Flat":
-        """The pair, judging every point, or with ignore_nan those where the golden is not NaN."""
+    def of(cls, comparator, policy: Policy, actual: torch.Tensor, expected: torch.Tensor) -> "_Flat":
+        """The pair, judging every point, or with the comparator's ignore_nan those where the golden is not NaN."""
+        rtol, atol, ignore_nan = _settings(comparator, policy, _exact(expected))
         a, e = _widen(actual).reshape(-1), _widen(expected).reshape(-1)
-        return cls(tuple(expected.shape), a, e, ~torch.isnan(e) if ignore_nan else torch.ones_like(e, dtype=torch.bool))
+        considered = ~torch.isnan(e) if ignore_nan else torch.ones_like(e, dtype=torch.bool)
+        return cls(tuple(expected.shape), a, e, considered, rtol, atol)
 
     @functools.cached_property
     def gap(self) -> torch.Tensor:
         return _gap(self.a, self.e)
 
+    @functools.cached_property
+    def bound(self) -> torch.Tensor:
+        return _bound(self.e, self.rtol, self.atol)
+
+    @property
+    def excess(self) -> torch.Tensor:
+        """How far each point is past its bound; NaN/Inf differences rank worst."""
+        over = self.gap - self.bound
+        return torch.where(torch.isfinite(self.gap), over, math.inf) if over.is_floating_point() else over
+
     @property
     def total(self) -> int:
         return int(self.considered.sum())
 
+    @functools.cached_property
     def maxima(self) -> tuple:
         """(max abs err, max rel err) over the considered points where the difference is finite."""
         finite = self.considered & torch.isfinite(self.gap)
@@ -182,6 +211,13 @@ class _Flat:
         return ([f"  worst at {self.describe(worst)}", "  first mismatches:"]
                 + [f"    {self.describe(int(i))}" for i in bad[:FIRST_MISMATCHES]])
 
+    def verdict(self, name: str, passed: bool, lines: list, bad, stats: dict, score=None) -> "Comparison":
+        """The Comparison with `lines` as its message, to which a failure adds the `listing` of its `bad` points
+        ranked by `score` (None: `excess`)."""
+        if not passed and bad.numel():
+            lines = lines + self.listing(bad, self.excess if score is None else score)
+        return Comparison(name, passed, "\n".join(lines), *self.maxima, bad.numel(), self.total, stats)
+
     def nonfinite(self) -> list:
         """Hard-failure lines for NaN/Inf among the considered points, one per side that has any."""
         lines = []
@@ -193,28 +229,35 @@ class _Flat:
         return lines
 
 
-def _pair(name: str, actual: torch.Tensor, expected: torch.Tensor, ignore_nan: bool) -> "_Flat | Comparison":
-    """The `_Flat` pair, or the failing Comparison when it cannot be judged: `_mismatch`, or ignore_nan leaving
-    nothing of a non-empty golden."""
-    if problem := _mismatch(name, actual, expected):
-        return Comparison(name, False, problem)
-    pair = _Flat.of(actual, expected, ignore_nan)
+def _judged(comparator, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy) -> _Flat:
+    """The `_Flat` pair of two `_comparable` tensors; raises `_Unjudgeable` when ignore_nan leaves nothing of a
+    non-empty golden."""
+    pair = _Flat.of(comparator, policy, actual, expected)
     if pair.e.numel() and not bool(pair.considered.any()):
-        return Comparison(name, False, f"output {name!r}: golden is NaN everywhere; nothing to compare",
-                          total=pair.e.numel())
+        raise _Unjudgeable(f"output {name!r}: golden is NaN everywhere; nothing to compare", pair.e.numel())
     return pair
 
 
-def _settings(comparator, policy, exact: bool) -> tuple:
-    """(rtol, atol, ignore_nan): the comparator's own, or the policy's where it has None; the policy's rtol and
-    atol are float tolerances, so an `exact` (integer or bool) output takes 0 for them instead."""
-    fallback = {"rtol": 0.0 if exact else policy.rtol, "atol": 0.0 if exact else policy.atol,
-                "ignore_nan": policy.ignore_nan}
-    return tuple(fallback[k] if getattr(comparator, k) is None else getattr(comparator, k) for k in fallback)
+def _pair(comparator, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy) -> _Flat:
+    """`_judged` of a pair that is first checked `_comparable`."""
+    _comparable(name, actual, expected)
+    return _judged(comparator, name, actual, expected, policy)
+
+
+class _Comparator:
+    """The comparators' base (it adds no fields: they pickle and fingerprint by their own). Their checks that an
+    output can be judged at all raise `_Unjudgeable`; `__call__` runs the subclass's `_judge` and makes that the
+    failing Comparison, so no `_judge` tests for an early verdict after each check."""
+
+    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+        try:
+            return self._judge(name, actual, expected, policy, outputs)
+        except _Unjudgeable as why:
+            return why.verdict(name)
 
 
 @dataclasses.dataclass(frozen=True)
-class Allclose:
+class Allclose(_Comparator):
     """|actual - expected| <= atol + rtol * |expected| everywhere; NaN fails unless ignored.
 
     Arguments left as None take the case's policy, except that an integer or
@@ -226,35 +269,28 @@ class Allclose:
     atol: float = None
     ignore_nan: bool = None
 
-    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
-        rtol, atol, ignore_nan = _settings(self, policy, _exact(expected))
-        pair = _pair(name, actual, expected, ignore_nan)
-        if isinstance(pair, Comparison):
-            return pair
-        a, e, diff, bound = pair.a, pair.e, pair.gap, _bound(pair.e, rtol, atol)
+    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+        pair = _pair(self, name, actual, expected, policy)
+        a, e, rtol, atol = pair.a, pair.e, pair.rtol, pair.atol
         # an infinite golden matches only the same infinity (its tolerance would be infinite)
-        ok = ((diff <= bound) & torch.isfinite(e)) | (torch.isinf(e) & (a == e)) | ~pair.considered
-        max_abs, max_rel = pair.maxima()
+        ok = ((pair.gap <= pair.bound) & torch.isfinite(e)) | (torch.isinf(e) & (a == e)) | ~pair.considered
         bad = (~ok).nonzero().reshape(-1)
-        total = pair.total
-        if bad.numel() == 0:
-            return Comparison(name, True, f"output {name!r}: {total} elements within rtol={rtol:g} atol={atol:g}",
-                              max_abs, max_rel, 0, total)
-        lines = [f"output {name!r}: {bad.numel()}/{total} elements mismatched (rtol={rtol:g}, atol={atol:g})"]
-        lines += pair.listing(bad, _excess(diff, bound))
-        return Comparison(name, False, "\n".join(lines), max_abs, max_rel, bad.numel(), total)
+        line = (f"output {name!r}: {bad.numel()}/{pair.total} elements mismatched (rtol={rtol:g}, atol={atol:g})"
+                if bad.numel() else f"output {name!r}: {pair.total} elements within rtol={rtol:g} atol={atol:g}")
+        return pair.verdict(name, not bad.numel(), [line], bad, {})
 
 
 allclose = Allclose()
 
 
-def _leading(name, shape, rows, axis):
-    """(axis, rows) with the axis made non-negative, or the failure message when either is out of range."""
+def _leading(name, shape, rows, axis) -> tuple:
+    """(axis, rows) with the axis made non-negative; raises `_Unjudgeable` when either is out of range."""
     if not -len(shape) <= axis < len(shape):
-        return f"output {name!r}: valid_axis={axis} is not an axis of shape {shape}"
+        raise _Unjudgeable(f"output {name!r}: valid_axis={axis} is not an axis of shape {shape}")
     axis %= len(shape)
     if not 0 <= rows <= shape[axis]:
-        return f"output {name!r}: valid_rows={rows} outside 0..{shape[axis]} (axis {axis} of shape {shape})"
+        raise _Unjudgeable(f"output {name!r}: valid_rows={rows} outside 0..{shape[axis]} "
+                           f"(axis {axis} of shape {shape})")
     return axis, rows
 
 
@@ -271,7 +307,7 @@ def _tail_line(actual, axis, rows):
 
 
 @dataclasses.dataclass(frozen=True)
-class RatioAllclose:
+class RatioAllclose(_Comparator):
     """Allclose that tolerates a fraction of bad points: passes when bad/considered <= max_error_ratio.
 
     A point is bad when |actual - expected| > atol + rtol * |expected|. Only the
@@ -294,19 +330,16 @@ class RatioAllclose:
     zero_tail: bool = False
     ignore_nan: bool = None
 
-    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
-        rtol, atol, ignore_nan = _settings(self, policy, _exact(expected))
-        if problem := _mismatch(name, actual, expected):
-            return Comparison(name, False, problem)
+    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
         if self.valid_rows is None:
-            return self._ratio(name, actual, expected, rtol, atol, ignore_nan)
-        leading = _leading(name, tuple(expected.shape), self.valid_rows, self.valid_axis)
-        if isinstance(leading, str):
-            return Comparison(name, False, leading)
-        axis, rows = leading
-        # the leading slice's coordinates are the full tensor's
-        result = self._ratio(name, actual.narrow(axis, 0, rows), expected.narrow(axis, 0, rows), rtol, atol,
-                             ignore_nan)
+            return self._ratio(name, _pair(self, name, actual, expected, policy))
+        _comparable(name, actual, expected)  # first: a shape that differs is named as such, not as a bad axis
+        axis, rows = _leading(name, tuple(expected.shape), self.valid_rows, self.valid_axis)
+        try:  # the leading slice's coordinates are the full tensor's
+            result = self._ratio(name, _judged(self, name, *(t.narrow(axis, 0, rows) for t in (actual, expected)),
+                                               policy))
+        except _Unjudgeable as why:  # a golden NaN everywhere in the slice: the tail is still checked
+            result = why.verdict(name)
         if rows == 0:
             result = dataclasses.replace(result, message=f"output {name!r}: 0 rows compared "
                                                          f"(valid_rows=0 along axis {axis})")
@@ -315,31 +348,26 @@ class RatioAllclose:
             result = dataclasses.replace(result, passed=False, message=f"{result.message}\n{tail}")
         return result
 
-    def _ratio(self, name, actual, expected, rtol, atol, ignore_nan) -> Comparison:
-        pair = _pair(name, actual, expected, ignore_nan)
-        if isinstance(pair, Comparison):
-            return pair
-        diff, bound = pair.gap, _bound(pair.e, rtol, atol)
-        bad = (pair.considered & ~(diff <= bound)).nonzero().reshape(-1)  # a NaN difference is bad too
+    def _ratio(self, name, pair: _Flat) -> Comparison:
+        """The verdict on the pair that is compared (all of it, or the leading rows)."""
+        bad = (pair.considered & ~(pair.gap <= pair.bound)).nonzero().reshape(-1)  # a NaN difference is bad too
         total = pair.total
         ratio = bad.numel() / total if total else 0.0
         within = ratio <= self.max_error_ratio
         hard = pair.nonfinite()
-        max_abs, max_rel = pair.maxima()
-        lines = [f"output {name!r}: {bad.numel()}/{total} elements ({ratio:.3%}) outside atol={atol:g} rtol={rtol:g}, "
-                 f"{'within' if within else 'above'} max_error_ratio {self.max_error_ratio * 100:g}%", *hard]
-        passed = within and not hard
-        if not passed and bad.numel():
-            lines += pair.listing(bad, _excess(diff, bound))
+        lines = [f"output {name!r}: {bad.numel()}/{total} elements ({ratio:.3%}) outside atol={pair.atol:g} "
+                 f"rtol={pair.rtol:g}, {'within' if within else 'above'} max_error_ratio "
+                 f"{self.max_error_ratio * 100:g}%", *hard]
+        max_abs, max_rel = pair.maxima
         stats = {"error_ratio": ratio, "bad": bad.numel(), "considered": total, "max_abs": max_abs, "max_rel": max_rel}
-        return Comparison(name, passed, "\n".join(lines), max_abs, max_rel, bad.numel(), total, stats)
+        return pair.verdict(name, within and not hard, lines, bad, stats)
 
 
 ratio_allclose = RatioAllclose
 
 
 @dataclasses.dataclass(frozen=True)
-class RatioReldiff:
+class RatioReldiff(_Comparator):
     """Bounds the relative difference rd = |actual - expected| / max(|expected|, floor).
 
     Below `floor` the golden's magnitude stops shrinking the denominator, so rd
@@ -355,10 +383,8 @@ class RatioReldiff:
     max_diff_hd: float = 0.1
     floor: float = 1e-3
 
-    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
-        pair = _pair(name, actual, expected, policy.ignore_nan)
-        if isinstance(pair, Comparison):
-            return pair
+    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+        pair = _pair(self, name, actual, expected, policy)  # no ignore_nan field: the policy's
         considered = pair.considered
         rd = pair.gap.double() / pair.e.double().abs().clamp_min(self.floor)  # the exact gap, then the ratio
         over = (considered & ~(rd <= self.diff_thd)).nonzero().reshape(-1)  # a NaN rd is over too
@@ -375,12 +401,8 @@ class RatioReldiff:
             lines.append(f"  hard failure: relative difference {max_rd:.3g} above max_diff_hd {self.max_diff_hd:g} "
                          f"at {pair.describe(worst)}")
         lines += pair.nonfinite()
-        passed = within and len(lines) == 1
-        if not passed and over.numel():
-            lines += pair.listing(over, rd.nan_to_num(nan=float("inf")))
-        max_abs, max_rel = pair.maxima()
-        return Comparison(name, passed, "\n".join(lines), max_abs, max_rel, over.numel(), total,
-                          {"pct_over": pct, "max_reldiff": max_rd})
+        return pair.verdict(name, within and len(lines) == 1, lines, over, {"pct_over": pct, "max_reldiff": max_rd},
+                            rd.nan_to_num(nan=float("inf")))
 
 
 ratio_reldiff = RatioReldiff
@@ -399,7 +421,7 @@ def _duplicate_lines(idx) -> list:
 
 
 @dataclasses.dataclass(frozen=True)
-class TopkPairCompare:
+class TopkPairCompare(_Comparator):
     """Top-k indices (last axis: the k positions, padded with -1) judged with their values output `vals_name`.
 
     A position passes when the indices are equal, or when they differ only by a
@@ -420,19 +442,19 @@ class TopkPairCompare:
     rtol: float = 0.0
     atol: float = 0.0
 
-    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
         if self.vals_name not in outputs.actual or self.vals_name not in outputs.expected:
-            return Comparison(name, False, f"output {name!r}: value output {self.vals_name!r} is missing "
-                                           f"(actual outputs: {', '.join(outputs.actual)}; "
-                                           f"golden outputs: {', '.join(outputs.expected)})")
+            raise _Unjudgeable(f"output {name!r}: value output {self.vals_name!r} is missing "
+                               f"(actual outputs: {', '.join(outputs.actual)}; "
+                               f"golden outputs: {', '.join(outputs.expected)})")
         a_val, e_val = outputs.actual[self.vals_name], outputs.expected[self.vals_name]
         shapes = [tuple(t.shape) for t in (actual, expected, a_val, e_val)]
         if len(set(shapes)) > 1 or not shapes[0]:
-            return Comparison(name, False, f"output {name!r}: needs one shape with a last axis of k positions; "
-                                           f"actual {shapes[0]}, golden {shapes[1]}, {self.vals_name!r} actual "
-                                           f"{shapes[2]}, golden {shapes[3]}")
-        if problem := _mismatch(name, actual, expected) or _mismatch(self.vals_name, a_val, e_val):
-            return Comparison(name, False, problem)
+            raise _Unjudgeable(f"output {name!r}: needs one shape with a last axis of k positions; actual "
+                               f"{shapes[0]}, golden {shapes[1]}, {self.vals_name!r} actual {shapes[2]}, "
+                               f"golden {shapes[3]}")
+        _comparable(name, actual, expected)
+        _comparable(self.vals_name, a_val, e_val)
         a_idx, e_idx, a_val, e_val = (_widen(t) for t in (actual, expected, a_val, e_val))
 
         def tied(x, y):
@@ -483,7 +505,7 @@ def _percentile(ordered, p: float) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class ErrorDistribution:
+class ErrorDistribution(_Comparator):
     """Measures how the error is spread; judges only through `judge`, another comparator.
 
     Over the points finite on both sides (the policy's ignore_nan drops
@@ -505,14 +527,12 @@ class ErrorDistribution:
         if not all(0 <= p <= 100 for p in self.percentiles):
             raise ValueError(f"percentiles must lie in 0..100, got {self.percentiles}")
 
-    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
-        if problem := _mismatch(name, actual, expected):
-            return Comparison(name, False, problem)
-        pair = _Flat.of(actual, expected, policy.ignore_nan)
+    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+        _comparable(name, actual, expected)
+        pair = _Flat.of(self, policy, actual, expected)  # not `_judged`: a golden NaN everywhere is measured too
         stats, line = self._measure(pair)
         if self.judge is None:
-            max_abs, max_rel = pair.maxima()
-            return Comparison(name, True, f"measured only (no verdict): output {name!r}: {line}", max_abs, max_rel,
+            return Comparison(name, True, f"measured only (no verdict): output {name!r}: {line}", *pair.maxima,
                               total=stats["finite"], stats=stats)
         verdict = self.judge(name, actual, expected, policy, outputs)
         return dataclasses.replace(verdict, message=f"{verdict.message}\n  distribution: {line}",

@@ -21,6 +21,7 @@ from . import config
 from .graph import pipeline_version
 from .hashing import digest_bytes
 from .observe import Observer, changed
+from .plan import FailedPlan, from_json
 from .store import Store
 from .toolchain import toolchain
 
@@ -53,7 +54,7 @@ def _fresh(manifest: dict, memo: dict) -> bool:
 
 
 def load_plans(root: Path, store: Store) -> list:
-    """Every case's plan under the active profile, in module order; a module that fails yields one error plan."""
+    """Every case's Plan under the active profile, in module order; a module that fails yields one FailedPlan."""
     manifests, stale, memo = {}, [], {}  # memo: states shared by the modules' records
     for path in kernel_modules(root):
         manifest = store.read_json(_manifest_path(root, path.stem))
@@ -66,7 +67,7 @@ def load_plans(root: Path, store: Store) -> list:
             manifest["environment"] = _environment()
             store.write_json(_manifest_path(root, stem), manifest)
             manifests[stem] = manifest
-    return [plan for path in kernel_modules(root) for plan in manifests[path.stem]["cases"]]
+    return [from_json(record) for path in kernel_modules(root) for record in manifests[path.stem]["cases"]]
 
 
 def forget(root: Path, store: Store, module: str) -> None:
@@ -103,7 +104,7 @@ def plan_modules(root: Path, stems: list) -> dict:
     from .fingerprint import is_user_module  # noqa: PLC0415
 
     sys.path.insert(0, str(root))
-    result = {}
+    result, profile = {}, config.profile()
     with Observer() as observer:
         for stem in stems:
             module_name = f"kernels.{stem}"
@@ -112,30 +113,26 @@ def plan_modules(root: Path, stems: list) -> dict:
                 module = importlib.import_module(module_name)
                 cases = module_cases(module)
             except Exception as exc:  # noqa: BLE001 -- user code: its error fails the module's plans
-                result[stem] = [{"case": stem, "module": module_name, "error": _import_error(stem, exc)}]
+                result[stem] = [FailedPlan(stem, module_name, _import_error(stem, exc), profile)]
                 continue
             plans = []
             for case in cases:
                 try:
-                    plan, used = plan_of(case.resolved(module), module_name)
+                    plan, used = plan_of(case.resolved(module), module_name, profile)
                     observer.files |= used
-                    observer.env |= set(plan["external"]["env"])
+                    observer.env |= set(plan.external["env"])
                 except Exception as exc:  # noqa: BLE001 -- user code: its error fails the case's plan
-                    plan = {"case": case.name, "module": module_name, "error": f"{type(exc).__name__}: {exc}"}
+                    plan = FailedPlan(case.name, module_name, f"{type(exc).__name__}: {exc}", profile)
                 plans.append(plan)
-            names = [p["case"] for p in plans]
-            for plan in plans:
-                if names.count(plan["case"]) > 1:
-                    plan["error"] = f"case name {plan['case']!r} is defined more than once in kernels/{stem}.py"
-            result[stem] = plans
+            names = [p.case for p in plans]
+            result[stem] = [FailedPlan(p.case, module_name, f"case name {p.case!r} is defined more than once in "
+                                       f"kernels/{stem}.py", profile) if names.count(p.case) > 1 else p
+                            for p in plans]
     # Every user module now loaded, in the project or not, may have shaped a plan: depend on all of them.
     observer.files |= {str(Path(m.__file__).resolve()) for n, m in list(sys.modules.items())
                        if getattr(m, "__file__", None) and n != "__main__" and is_user_module(n)}
     records = {failed: observer.record(failed) for failed in (False, True)}
-    for plans in result.values():
-        for plan in plans:
-            plan["profile"] = config.profile()
-    return {stem: {"cases": plans, "observed": records[any("error" in p for p in plans)]}
+    return {stem: {"cases": [p.to_json() for p in plans], "observed": records[any(p.error for p in plans)]}
             for stem, plans in result.items()}
 
 

@@ -8,7 +8,6 @@ through graph.execute (in doit's worker processes with -n N).
 """
 import argparse
 import atexit
-import json
 import os
 import sys
 import traceback
@@ -19,77 +18,12 @@ from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
 from . import config, graph, reaper, report, runtime
-from .discover import forget, load_plans
+from .discover import forget
 from .errors import StalePlan, VerificationFailure
+from .library import Library
 
 PLAN = "plan"
 VERIFY = "verify"
-
-
-class Library:
-    """The planned kernel library of one project checkout, with its store."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.store = config.open_store(root)
-        self.plans = planned_library(root, self.store, command_line_overrides())
-
-    def ok(self):
-        return [p for p in self.plans.values() if not p.get("error")]
-
-
-def command_line_overrides(get_var=get_var) -> dict:
-    """Plan fields set by doit variables: backend=NAME, options=JSON (backend options,
-    merged over each case's), warmup=N, rounds=N, timeout=SECONDS (per kernel call).
-    Each maps old value -> new."""
-    overrides = {}
-    if backend := get_var("backend", None):
-        overrides["backend"] = lambda _: backend
-    if options := get_var("options", None):
-        try:
-            extra = json.loads(options)
-            assert isinstance(extra, dict)
-        except (ValueError, AssertionError):
-            raise ValueError(f"doit variable options={options!r} is not a JSON object") from None
-        overrides["options"] = lambda old: {**old, **extra}
-    bench = {}
-    for name in ("warmup", "rounds"):
-        if (value := get_var(name, None)) is not None:
-            least = 1 if name == "rounds" else 0
-            if not value.isdigit() or int(value) < least:
-                raise ValueError(f"doit variable {name}={value!r} is not an integer >= {least}")
-            bench[name] = int(value)
-    if bench:
-        overrides["bench"] = lambda old: {**old, **bench}
-    if (timeout := get_var("timeout", None)) is not None:
-        try:
-            seconds = float(timeout)
-            assert seconds > 0
-        except (ValueError, AssertionError):
-            raise ValueError(f"doit variable timeout={timeout!r} is not a number of seconds > 0") from None
-        overrides["timeout"] = lambda _: seconds
-    return overrides
-
-
-def apply_profile(get_var=get_var) -> None:
-    """doit variable profile=NAME: export it as $GOLDEN_TASKS_PROFILE (over any set before), for the
-    planning subprocess and the stages, in this process and the workers it forks; absent, the
-    environment is left as it is."""
-    if name := get_var("profile", None):
-        os.environ[config.PROFILE_ENV] = name
-
-
-def planned_library(root: Path, store, overrides: dict) -> dict:
-    """case -> plan, with command-line overrides applied and duplicate case names made errors."""
-    plans = {}
-    for plan in load_plans(root, store):
-        if plan["case"] in plans:
-            plan = {**plan, "error": f"case {plan['case']!r} is defined in both {plan['module']} "
-                                     f"and {plans[plan['case']]['module']}"}
-        if not plan.get("error"):
-            plan = graph.for_this_run({**plan, **{k: v(plan[k]) for k, v in overrides.items()}})
-        plans[plan["case"]] = plan
-    return plans
 
 
 _libraries = {}
@@ -100,7 +34,7 @@ def library(root: Path) -> Library:
     doit variable ends the run with its message alone (doit would print its loader's traceback)."""
     if root not in _libraries:
         try:
-            _libraries[root] = Library(root)
+            _libraries[root] = Library(root, get_var)
         except (VerificationFailure, ValueError, RuntimeError) as exc:  # RuntimeError: planning itself failed
             sys.exit(f"golden-tasks: {exc}")
     return _libraries[root]
@@ -145,7 +79,7 @@ def _run_stage(root, stage, case):
         _ready_to_run(graph.BY_NAME[stage].torch)
         graph.execute(graph.BY_NAME[stage], plan, lib.store)
     except StalePlan as exc:
-        forget(root, lib.store, plan["module"])
+        forget(root, lib.store, plan.module)
         return TaskFailed(f"{stage}:{case}: {exc}")
     except Exception as exc:  # noqa: BLE001 -- one clear message; a traceback only for the unexpected
         detail = "" if isinstance(exc, VerificationFailure) else "\n" + "".join(traceback.format_exception(exc))
@@ -198,8 +132,7 @@ _NON_RUNNING = {"list", "info", "help", "forget", "ignore", "clean", "dumpdb", "
 def tasks_for(root: Path) -> dict:
     """The `task_*` functions for a dodo.py: `globals().update(tasks_for(root))`."""
     root = Path(root).resolve()
-    # Workers fork after this: tell them how many share the cores, and the profile.
-    apply_profile()
+    # Workers fork after this: tell them how many share the cores (the profile: see Library).
     os.environ.setdefault(config.WORKERS_ENV, str(_doit_workers(sys.argv[1:])))
     if _doit_command(sys.argv[1:]) == "run":
         parent = os.getpid()
@@ -208,15 +141,15 @@ def tasks_for(root: Path) -> dict:
     def task_plan():
         """plan each case: import errors and bad specs surface here"""
         for plan in library(root).plans.values():
-            yield {"name": plan["case"], "actions": [(_plan_action, [plan.get("error")])],
-                   "uptodate": [not plan.get("error")], "doc": f"plan {plan['case']}"}
+            yield {"name": plan.case, "actions": [(_plan_action, [plan.error])],
+                   "uptodate": [not plan.error], "doc": f"plan {plan.case}"}
 
     def stage_creator(stage):
         def create():
             for plan in library(root).plans.values():
-                case = plan["case"]
-                if plan.get("error"):  # `doit abi:<case>` shows why the case cannot be planned
-                    yield {"name": case, "doc": f"{stage.doc} ({case})", "actions": [(_plan_action, [plan["error"]])],
+                case = plan.case
+                if plan.error:  # `doit abi:<case>` shows why the case cannot be planned
+                    yield {"name": case, "doc": f"{stage.doc} ({case})", "actions": [(_plan_action, [plan.error])],
                            "task_dep": [f"{PLAN}:{case}"]}
                     continue
                 yield {"name": case, "doc": f"{stage.doc} ({case})",
@@ -230,7 +163,7 @@ def tasks_for(root: Path) -> dict:
     def task_runtime():
         """write runs/<case>: the latest verified run, self-contained and replayable"""
         for plan in library(root).ok():
-            case = plan["case"]
+            case = plan.case
             yield {"name": case, "actions": [(_materialize, [root, case])],
                    "uptodate": [(_runtime_current, [root, case])],
                    "task_dep": [f"validate:{case}", f"bench:{case}"], "doc": f"runtime dir of {case}"}
@@ -238,14 +171,14 @@ def tasks_for(root: Path) -> dict:
     def task_replay():
         """replay runs/<case>: saved artifact, inputs and golden; no compile, no kernel import"""
         for plan in library(root).plans.values():
-            yield {"name": plan["case"], "actions": [(_replay, [root, plan["case"]])], "verbosity": 2,
-                   "doc": f"replay runs/{plan['case']}"}
+            yield {"name": plan.case, "actions": [(_replay, [root, plan.case])], "verbosity": 2,
+                   "doc": f"replay runs/{plan.case}"}
 
     def task_verify():
         """verify every case; `verify:<case>` for one"""
         for plan in library(root).plans.values():
-            case = plan["case"]
-            deps = ([f"{PLAN}:{case}"] if plan.get("error")
+            case = plan.case
+            deps = ([f"{PLAN}:{case}"] if plan.error
                     else [f"{s.name}:{case}" for s in graph.STAGES] + [f"runtime:{case}"])
             yield {"name": case, "actions": None, "task_dep": deps, "doc": f"verify {case}"}
 

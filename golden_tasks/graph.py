@@ -6,11 +6,11 @@ from plans and small entry manifests, so the doit parent can check every
 stage's status cheaply.
 
 A stage's key is the xxh3-128 of: its name, the pipeline's code version, the
-toolchain, the plan fields it reads, the digests of the upstream entries it
-reads, and the plan's nonce (a fresh value on every run for a plan with parts
-that cannot be fingerprinted, so that what depends on them always recomputes).
-A stage is handed only the plan fields in its key (plus `PLAN_CONTEXT`), so it
-cannot read one that its key does not cover. A stage whose key is in the store is up to date: keys depend
+toolchain, the plan fields that declare it (golden_tasks.plan: the nonce among
+them, a fresh value on every run for a plan with parts that cannot be
+fingerprinted), and the digests of the upstream entries it reads. A stage is
+handed only those plan fields and the few every stage may read (Plan.view), so
+it cannot read one that its key does not cover. A stage whose key is in the store is up to date: keys depend
 only on content, so reverting an edit finds the earlier entries again, and a
 stage whose upstream re-ran but produced the same digests is not re-run
 (early cutoff).
@@ -20,11 +20,12 @@ import functools
 import importlib
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from . import config
 from .hashing import digest_file, digest_json
+from .outputs import AbiMeta, CompileMeta, InputsMeta, Meta, Outputs, Stats, ValidateMeta
+from .plan import KEYED, Plan
 from .store import CorruptObject, Entry, Store, object_problem
 from .toolchain import toolchain
 
@@ -35,10 +36,15 @@ class Stage:
     doc: str
     reads: tuple = ()  # upstream stages: their digests enter the key, their outputs are passed in
     after: tuple = ()  # ordering only
-    plan_fields: tuple = ()  # plan entries that enter the key
     live: bool = True  # runs user code (kernel body, golden, init values, comparators): in an isolated child
     torch: bool = True  # computes with torch (its worker sizes the thread pools first)
     budget: object = None  # live stages: plan -> seconds its isolated run may take before it counts as hung
+    meta: type = Meta  # the type of its outputs' meta (golden_tasks.outputs)
+
+    @property
+    def plan_fields(self) -> tuple:
+        """The plan fields that enter this stage's key (each field declares its stages)."""
+        return KEYED[self.name]
 
 
 # Seconds a compile may spend in the compiler itself, beyond the case's timeout for each of the
@@ -46,31 +52,19 @@ class Stage:
 COMPILE_SECONDS = 1800.0
 
 
-# Every stage that runs user code (kernel, golden, init values, comparators) may read the files
-# and variables a case declares.
 STAGES = (
-    Stage("abi", "check the specs against the kernel's parameter table",
-          plan_fields=("params", "signature"), live=False, torch=False),
+    Stage("abi", "check the specs against the kernel's parameter table", live=False, torch=False, meta=AbiMeta),
     Stage("compile", "compile the kernel for the spec shapes (scalar values are compiled in)", reads=("abi",),
-          plan_fields=("kernel", "backend", "options", "signature", "external"),
-          budget=lambda plan: COMPILE_SECONDS + 2 * plan["timeout"]),
+          budget=lambda plan: COMPILE_SECONDS + 2 * plan.timeout, meta=CompileMeta),
     Stage("inputs", "generate the seeded In/InOut tensors (or read them from a data dir)", reads=("abi",),
-          plan_fields=("specs", "seed", "data_in", "external"),
-          budget=lambda plan: plan["timeout"] * (1 + len(plan["specs"]))),
+          budget=lambda plan: plan.timeout * (1 + len(plan.specs)), meta=InputsMeta),
     Stage("golden", "run the golden on the inputs (or read its outputs from a data dir)", reads=("abi", "inputs"),
-          plan_fields=("golden", "specs", "seed", "bench", "data_out", "external"),
-          budget=lambda plan: plan["timeout"] * (1 + len(plan["specs"]) + plan["bench"]["warmup"]
-                                                 + plan["bench"]["rounds"])),
-    Stage("dispatch", "run the compiled kernel on the inputs", reads=("abi", "compile", "inputs"), live=False,
-          plan_fields=("external",)),
+          budget=lambda plan: plan.timeout * (1 + len(plan.specs) + plan.bench["warmup"] + plan.bench["rounds"])),
+    Stage("dispatch", "run the compiled kernel on the inputs", reads=("abi", "compile", "inputs"), live=False),
     Stage("validate", "compare the kernel's outputs with the golden's", reads=("dispatch", "golden", "inputs"),
-          plan_fields=("policy", "external"), budget=lambda plan: 2 * plan["timeout"]),
-    Stage("bench", "time the kernel", reads=("abi", "compile", "inputs"), after=("validate",),
-          plan_fields=("bench", "external"), live=False),
+          budget=lambda plan: 2 * plan.timeout, meta=ValidateMeta),
+    Stage("bench", "time the kernel", reads=("abi", "compile", "inputs"), after=("validate",), live=False),
 )
-# Plan entries every stage may read outside its key: names for messages, and the kernel-call
-# timeout, which decides only whether a call counts as hung.
-PLAN_CONTEXT = ("case", "module", "profile", "timeout")
 BY_NAME = {s.name: s for s in STAGES}
 
 
@@ -86,25 +80,18 @@ def pipeline_version() -> str:
                         if p.name not in _NOT_IN_VERSION})
 
 
-def recipe(stage: Stage, plan: dict, upstream: dict) -> dict:
+def recipe(stage: Stage, plan: Plan, upstream: dict) -> dict:
     """Everything that enters the stage's key (the key is its digest)."""
     return {
         "stage": stage.name,
         "pipeline": pipeline_version(),
         "toolchain": toolchain(),
-        "plan": {f: plan[f] for f in stage.plan_fields},
+        "plan": plan.keyed(stage.name),
         "upstream": {n: e.digest for n, e in upstream.items()},
-        "nonce": plan.get("nonce"),
     }
 
 
-def for_this_run(plan: dict) -> dict:
-    """The plan as keyed in this run: one with parts that cannot be fingerprinted gets a fresh nonce,
-    so that everything depending on it recomputes (once per run: its stages agree on their keys)."""
-    return {**plan, "nonce": uuid.uuid4().hex} if plan.get("volatile") else plan
-
-
-def resolve(stage: Stage, plan: dict, store: Store, found: dict = None):
+def resolve(stage: Stage, plan: Plan, store: Store, found: dict = None):
     """(key, upstream entries) for a stage, or (None, {}) while an upstream is not cached.
 
     Entries are read from the store on every call, never remembered across calls:
@@ -123,7 +110,7 @@ def resolve(stage: Stage, plan: dict, store: Store, found: dict = None):
     return digest_json(recipe(stage, plan, upstream)), upstream
 
 
-def cached(stage: Stage, plan: dict, store: Store, found: dict = None):
+def cached(stage: Stage, plan: Plan, store: Store, found: dict = None):
     """The stage's cached entry under its current key, or None. `found` (stage -> entry or None)
     shares the lookups of several calls that read the store at one moment (see `resolve`)."""
     found = {} if found is None else found
@@ -133,7 +120,7 @@ def cached(stage: Stage, plan: dict, store: Store, found: dict = None):
     return found[stage.name]
 
 
-def snapshot(plan: dict, store: Store) -> dict:
+def snapshot(plan: Plan, store: Store) -> dict:
     """stage -> its cached entry (or None) for every stage, each entry read once."""
     found = {}
     return {s.name: cached(s, plan, store, found) for s in STAGES}
@@ -146,9 +133,7 @@ def _tensors():
 
 def load_outputs(store: Store, entry: Entry):
     """The entry's outputs, every object re-hashed; raises CorruptObject naming the entry."""
-    from .stages import Outputs  # noqa: PLC0415
-
-    out = Outputs(meta=entry.meta, stats=entry.stats)
+    out = Outputs(meta=BY_NAME[entry.stage].meta.of(entry), stats=Stats.of(entry))
     for name, record in entry.objects.items():
         if record["kind"] == "tensor":
             try:
@@ -164,7 +149,7 @@ def load_outputs(store: Store, entry: Entry):
     return out
 
 
-def execute(stage: Stage, plan: dict, store: Store, case=None) -> tuple[Entry, bool]:
+def execute(stage: Stage, plan: Plan, store: Store, case=None) -> tuple[Entry, bool]:
     """Run the stage unless its key is cached; return (entry, ran).
 
     Upstream stages that are not cached (never run, or dropped as corrupt) are
@@ -193,27 +178,51 @@ def execute(stage: Stage, plan: dict, store: Store, case=None) -> tuple[Entry, b
                 store.drop(corruption)  # then recompute it, outside this key's lock
 
 
-def _compute(stage: Stage, plan: dict, store: Store, case, key: str, upstream: dict) -> Entry:
+def _compute(stage: Stage, plan: Plan, store: Store, case, key: str, upstream: dict) -> Entry:
     """Run the stage on its upstream outputs and commit its entry under `key`. A stage that runs
     user code runs in an isolated child (golden_tasks.isolate): a crash, an exit or a hang there
     fails this stage of this case only. The live case crosses by value; without one the child
     imports it (and checks it against the plan)."""
-    if stage.live:
-        from . import isolate  # noqa: PLC0415 -- imports torch: only where stages run
-
-        done = isolate.call(run_stage, (stage.name, plan, store, upstream, case and _by_value(case, plan)),
-                            stage.budget(plan), f"the {stage.name} stage of {plan['case']}")
-    else:
-        done = run_stage(stage.name, plan, store, upstream, case)
+    done = _where_it_runs(stage, plan, run_stage, (stage.name, plan, store, upstream, case))
     if done[0] == "corrupt":
         raise CorruptObject(*done[1:])
     _, objects, meta, stats = done
-    detail = {f: plan["parts"][f] for f in stage.plan_fields if f in plan.get("parts", {})}
-    return store.commit(stage.name, key, plan["case"], objects, meta, stats,
-                        {**recipe(stage, plan, upstream), "parts": detail})
+    return store.commit(stage.name, key, plan.case, objects, meta, stats,
+                        {**recipe(stage, plan, upstream), "parts": parts_detail(stage, plan)})
 
 
-def _by_value(case, plan: dict) -> bytes:
+def parts_detail(stage: Stage, plan: Plan) -> dict:
+    """The parts of the fingerprints in the stage's key, recorded beside it for `golden-tasks explain`."""
+    return {f: plan.parts[f] for f in stage.plan_fields if f in plan.parts}
+
+
+def _where_it_runs(stage: Stage, plan: Plan, target, args: tuple):
+    """target(*args), in an isolated child for a stage that runs user code (the live case, last
+    in `args`, crossing by value), else here."""
+    if not stage.live:
+        return target(*args)
+    from . import isolate  # noqa: PLC0415 -- imports torch: only where stages run
+
+    *rest, case = args
+    return isolate.call(target, (*rest, case and _by_value(case, plan)), stage.budget(plan),
+                        f"the {stage.name} stage of {plan.case}")
+
+
+def replay(plan: Plan, saved: dict, case, workdir: Path) -> dict:
+    """Every stage whose outputs are not in `saved` (stage -> Outputs), run in graph order on the
+    outputs of those that are, isolated as in a verify, storing nothing: how a runtime dir is
+    replayed. `case` provides what those stages read of the case (for validate: its policy)."""
+    outputs = dict(saved)
+    for stage in STAGES:
+        if stage.name not in outputs:
+            # a tensor mapped from a saved file cannot cross into an isolated child; a copy can
+            inputs = {n: dataclasses.replace(outputs[n], tensors={k: t.clone() for k, t in outputs[n].tensors.items()})
+                      if stage.live else outputs[n] for n in stage.reads}
+            outputs[stage.name] = _where_it_runs(stage, plan, call_stage, (stage.name, plan, inputs, workdir, case))
+    return outputs
+
+
+def _by_value(case, plan: Plan) -> bytes:
     """The live case pickled with its user code, to cross into the isolated child."""
     from .errors import SpecError  # noqa: PLC0415
     from .fingerprint import dumps_by_value  # noqa: PLC0415
@@ -221,19 +230,32 @@ def _by_value(case, plan: dict) -> bytes:
     try:
         return dumps_by_value(case)
     except Exception as exc:  # noqa: BLE001 -- an object that no pickler can carry: a lock, an open file
-        raise SpecError(f"case {plan['case']!r}: its kernel, golden and comparators run in an isolated process, "
+        raise SpecError(f"case {plan.case!r}: its kernel, golden and comparators run in an isolated process, "
                         f"so they must pickle, and they do not: {type(exc).__name__}: {exc}") from None
 
 
-def run_stage(name: str, plan: dict, store: Store, upstream: dict, case) -> tuple:
+def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case) -> tuple:
     """Load the upstream outputs, run stage `name`'s module, store its objects: ("done", objects,
     meta, stats), or ("corrupt", entry, object name, problem) when an upstream object is damaged.
     `case`: the live case, its pickled bytes, or None to import it."""
-    stage = BY_NAME[name]
     try:
         inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
     except CorruptObject as corruption:
         return "corrupt", corruption.entry, corruption.name, corruption.problem
+    with tempfile.TemporaryDirectory(prefix=f"golden-{name}-") as work:
+        start = time.perf_counter()
+        out = call_stage(name, plan, inputs, Path(work), case)
+        elapsed = time.perf_counter() - start
+        objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
+        objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
+    stats = dataclasses.replace(out.stats, seconds=elapsed)
+    return "done", objects, out.meta.to_json(), stats.to_json()
+
+
+def call_stage(name: str, plan: Plan, inputs: dict, workdir: Path, case):
+    """Stage `name`'s module on its upstream Outputs, seeing only its view of the plan. `case`: the
+    live case, its pickled bytes, or None to import it (and check it against the plan)."""
+    stage = BY_NAME[name]
     if stage.torch:
         config.apply_threads()
     if isinstance(case, bytes):
@@ -244,12 +266,4 @@ def run_stage(name: str, plan: dict, store: Store, upstream: dict, case) -> tupl
         from .case import live_case  # noqa: PLC0415 -- imports torch
 
         case = live_case(plan)
-    module = importlib.import_module(f"golden_tasks.stages.{name}")
-    view = {f: plan[f] for f in stage.plan_fields + PLAN_CONTEXT if f in plan}
-    with tempfile.TemporaryDirectory(prefix=f"golden-{name}-") as work:
-        start = time.perf_counter()
-        out = module.run(case, view, Path(work), **inputs)
-        elapsed = time.perf_counter() - start
-        objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
-        objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
-    return "done", objects, out.meta, {**out.stats, "seconds": elapsed}
+    return importlib.import_module(f"golden_tasks.stages.{name}").run(case, plan.view(name), workdir, **inputs)

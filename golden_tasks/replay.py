@@ -13,27 +13,17 @@ from pathlib import Path
 
 import cloudpickle
 
-from .case import Case
+from . import graph
+from .compare import Policy
 from .config import DEFAULT_PROFILE
 from .discover import plan_in_subprocess
 from .errors import VerificationFailure
 from .fingerprint import changed_parts
 from .hashing import digest_file
-from .runtime import MANIFEST, records
-from .stages import Outputs, bench, dispatch
-from .stages.validate import judge
-from .tensors import map_raw
+from .outputs import POLICY_FILE, ValidateMeta
+from .plan import REPLAY_MEANING, from_json
+from .runtime import MANIFEST, records, saved_outputs, saved_plan
 from .toolchain import toolchain
-
-MEANING = {
-    "kernel": "the saved artifact is not your current kernel; `doit verify:{case}` rebuilds it",
-    "golden": "the saved golden may no longer be the intended reference",
-    "specs": "the saved inputs may not be what the case generates now",
-    "seed": "the saved inputs come from another seed",
-    "params": "the kernel's parameter list changed; the saved artifact has the old ABI",
-    "signature": "the specs' shapes, dtypes or scalar values changed",
-    "policy": "the saved validation policy (tolerances, comparators) differs from the case's",
-}
 
 
 class ReplayError(VerificationFailure):
@@ -45,7 +35,7 @@ class ReplayResult:
     passed: bool
     error: str
     stale: list  # what changed since the data was saved, each with its meaning
-    report: dict  # validation report of the replay
+    report: ValidateMeta  # validation report of the replay (None when it failed)
     bench: dict  # kernel timing (us)
 
 
@@ -79,12 +69,6 @@ def _check_files(path: Path, manifest: dict) -> None:
         raise ReplayError(f"{path} is damaged:\n  " + "\n  ".join(problems))
 
 
-def _folder(path: Path, manifest: dict, folder: str) -> dict:
-    prefix = f"data/{folder}/"
-    return {rel[len(prefix):-len(".bin")]: map_raw(path / rel, rec)
-            for rel, rec in manifest["tensors"].items() if rel.startswith(prefix)}
-
-
 def staleness(path: Path, manifest: dict, project: Path) -> list:
     """What differs between the saved run and the case's current source, with what it means."""
     found = [f"toolchain changed: {m}" for m in toolchain_mismatches(manifest)]
@@ -93,23 +77,33 @@ def staleness(path: Path, manifest: dict, project: Path) -> list:
                                      manifest.get("profile", DEFAULT_PROFILE))
     except RuntimeError as exc:
         return found + [f"cannot check the source for staleness: {str(exc).strip().splitlines()[-1]}"]
-    plans = [p for m in planned.values() for p in m["cases"] if p["case"] == manifest["case"]]
-    if not plans or plans[0].get("error"):
-        reason = plans[0]["error"] if plans else f"{manifest['module']} no longer defines it"
+    plans = [from_json(p) for m in planned.values() for p in m["cases"] if p["case"] == manifest["case"]]
+    if not plans or plans[0].error:
+        reason = plans[0].error if plans else f"{manifest['module']} no longer defines it"
         return found + [f"the case cannot be found in the current source ({reason}): the saved data "
                         "is all that is left of it"]
     current, saved = plans[0], manifest["fingerprints"]
-    for field, meaning in MEANING.items():
-        if current.get(field) != saved.get(field):
+    for field, meaning in REPLAY_MEANING.items():
+        if field in saved and getattr(current, field) != saved[field]:  # dirs written before a field was recorded
             detail = ""
-            if field in ("kernel", "golden"):
-                old, new = saved["parts"].get(field, {}), current["parts"].get(field, {})
+            if field in current.parts:
+                old, new = saved["parts"].get(field, {}), current.parts[field]
                 names = changed_parts(old, new)
                 helpers = [n for n in names if not n.endswith("(body)")]
                 detail = f" ({', '.join(names)}{'; helper modules or constants' if helpers else ''})"
             found.append(f"{field} changed since this data was saved{detail}: "
                          + meaning.format(case=manifest["case"]))
     return found
+
+
+@dataclasses.dataclass
+class SavedCase:
+    """What a replay knows of its case besides the saved data: the validation policy it was
+    verified with (policy.pkl), which the validate stage reads."""
+    saved_policy: Policy
+
+    def policy(self) -> Policy:
+        return self.saved_policy
 
 
 def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
@@ -123,29 +117,20 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
         if mismatches:
             raise ReplayError(f"refusing to run the artifact in {path}, built for another toolchain:\n  "
                               + "\n  ".join(mismatches))
-        if (Path(project or Path.cwd()) / "kernels").is_dir():
+        if manifest["module"] and (Path(project or Path.cwd()) / "kernels").is_dir():
             stale = staleness(path, manifest, Path(project or Path.cwd()).resolve())
         _check_files(path, manifest)
-        plan = {"case": manifest["case"], "timeout": manifest.get("timeout", Case.timeout),
-                "bench": {**manifest["bench"], **{k: v for k, v in (("warmup", warmup), ("rounds", rounds))
-                                                  if v is not None}}}
-        abi = Outputs(meta={"table": manifest["table"]})
-        files = {rel.split("/", 1)[1]: path / rel for rel in manifest["artifact"]["files"]}
-        compiled = Outputs(files=files, meta={k: manifest["artifact"][k] for k in ("backend", "module", "table")})
-        inputs_in = _folder(path, manifest, "in")
-        scalars = {r["name"]: inputs_in.pop(r["name"]).item() for r in manifest["table"] if r["kind"] == "scalar"}
-        inputs = Outputs(tensors=inputs_in, meta={"scalars": scalars})
+        plan = saved_plan(manifest, {k: v for k, v in (("warmup", warmup), ("rounds", rounds)) if v is not None})
+        policy = path / POLICY_FILE  # absent for a case that had no golden
+        case = SavedCase(cloudpickle.loads(policy.read_bytes()) if policy.exists() else None)
         with tempfile.TemporaryDirectory() as work:
-            out = dispatch.run(None, plan, Path(work), abi, compiled, inputs)
-            if "skipped" in out.meta:
-                raise ReplayError(f"cannot replay {path} here: {out.meta['skipped']}")
-            golden = _folder(path, manifest, "golden")
-            policy = cloudpickle.loads((path / "policy.pkl").read_bytes())
-            report = judge(policy, out.tensors, golden, manifest["case"])
-            timing = bench.run(None, plan, Path(work), abi, compiled, inputs).stats["kernel_us"]
+            # dispatch, validate and bench, as in a verify, on the saved abi, compile, inputs and golden
+            outputs = graph.replay(plan, saved_outputs(path, manifest), case, Path(work))
+        if reason := outputs["validate"].skipped:  # no golden was saved, or no device here
+            raise ReplayError(f"cannot replay {path} here: {reason}")
     except VerificationFailure as exc:
-        return ReplayResult(False, str(exc), stale, {}, {})
-    return ReplayResult(True, None, stale, report, timing)
+        return ReplayResult(False, str(exc), stale, None, {})
+    return ReplayResult(True, None, stale, outputs["validate"].meta, outputs["bench"].stats.kernel_us)
 
 
 def main(path, project=None) -> int:
@@ -154,7 +139,7 @@ def main(path, project=None) -> int:
     for line in result.stale:
         print(f"STALE: {line}")
     if result.passed:
-        print(f"PASS {path}: max abs error {result.report['max_abs']:.3g}, kernel median "
+        print(f"PASS {path}: max abs error {result.report.max_abs:.3g}, kernel median "
               f"{result.bench['median']:.1f} us over {result.bench['rounds']} rounds")
         return 0
     print(f"FAIL {path}: {result.error}")

@@ -2,34 +2,37 @@
 import json
 
 from .graph import STAGES, snapshot
+from .outputs import Stats, ValidateMeta
+from .plan import FailedPlan, Plan
 from .store import atomic_write
 
 # How a stage fared in this run.
 RAN, CACHED, FAILED, NOT_RUN = "ran", "cached", "FAILED", "-"
 
 
-def case_row(plan: dict, states: dict, errors: dict, store) -> dict:
+def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict:
     """The summary of one case from its stage states and its cached entries."""
-    row = {"case": plan["case"], "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
+    row = {"case": plan.case, "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
            "max_abs": None, "kernel_us": None, "golden_us": None, "speedup": None,
            "errors": errors, "skipped": None}
-    if plan.get("error"):
-        row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan["error"]})
+    if plan.error:
+        row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan.error})
         return row
     entries = snapshot(plan, store)
     validate, golden, bench = entries["validate"], entries["golden"], entries["bench"]
-    if validate:
-        row["max_abs"] = validate.meta.get("max_abs")
-    if golden and "golden_us" in golden.stats:
-        row["golden_us"] = golden.stats["golden_us"]["median"]
-    if bench and "kernel_us" in bench.stats:  # a skipped bench has none
-        row["kernel_us"] = bench.stats["kernel_us"]["median"]
+    verdict = validate and ValidateMeta.of(validate)
+    if verdict:
+        row["max_abs"] = verdict.max_abs
+    if golden and (timing := Stats.of(golden).golden_us):
+        row["golden_us"] = timing["median"]
+    if bench and (timing := Stats.of(bench).kernel_us):  # a skipped bench has none
+        row["kernel_us"] = timing["median"]
     if row["kernel_us"] and row["golden_us"]:
         row["speedup"] = row["golden_us"] / row["kernel_us"]
     if errors or FAILED in row["stages"].values():
         row["status"] = "FAIL"
-    elif validate and validate.meta.get("status") == "skipped":
-        row.update(status="SKIPPED", skipped=validate.meta.get("reason"))
+    elif verdict and verdict.skipped:
+        row.update(status="SKIPPED", skipped=verdict.skipped)
     elif validate and bench:
         row["status"] = "PASS"
     else:

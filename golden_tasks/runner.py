@@ -7,6 +7,8 @@ from . import config, graph, report, runtime
 from .case import Case, plan_of
 from .errors import VerificationFailure
 from .forms import KernelForm
+from .outputs import Stats
+from .plan import FailedPlan
 
 
 @dataclasses.dataclass
@@ -47,19 +49,16 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
     store = config.open_store(cache_dir=cache_dir)
     work_dir = (Path(runs_dir).resolve() if runs_dir else config.runs_root()) / case_name
     states, errors, timings = {}, {}, {}
-    plan = {"case": case_name}
     try:
         case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, rtol=rtol, atol=atol,
                     compare=dict(compare or {}), ignore_nan=ignore_nan, seed=seed, backend=backend,
                     options=dict(options or {}), warmup=warmup, rounds=rounds, timeout=timeout,
                     inputs_from=inputs_from, golden_from=golden_from, file_deps=tuple(file_deps),
                     env_deps=tuple(env_deps)).resolved()
-        plan, _ = plan_of(case)
-        # as discover's plans; the runtime dir records it
-        plan = graph.for_this_run({**plan, "profile": config.profile()})
+        plan = plan_of(case, profile=config.profile())[0].for_this_run()
     except VerificationFailure as exc:
-        plan["error"] = str(exc)
-    if not plan.get("error"):
+        plan = FailedPlan(case_name, None, str(exc), config.profile())
+    if not plan.error:
         config.apply_threads()
         for stage in graph.STAGES:
             try:
@@ -69,7 +68,7 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
                 states[stage.name], errors[stage.name] = report.FAILED, f"{exc}{detail}"
                 break
             states[stage.name] = report.RAN if ran else report.CACHED
-            timings[stage.name] = entry.stats["seconds"]
+            timings[stage.name] = Stats.of(entry).seconds
     row = report.case_row(plan, states, errors, store)
     if row["status"] == "PASS":
         runtime.materialize(plan, store, work_dir, row)
@@ -78,13 +77,13 @@ def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None
         if state in (report.RAN, report.CACHED):
             tally.add(stage, case_name, state == report.CACHED)
     store.log_run(tally.to_json())
-    bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.get("error") else None
+    bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.error else None
                            for s in ("bench", "golden"))
     return RunResult(
         passed=row["status"] == "PASS",
         error="\n".join(row["errors"].values()) or (f"SKIPPED: {row['skipped']}" if row["skipped"] else None)
         or (row["status"] if row["status"] != "PASS" else None),
         case=case_name, stages=row["stages"], timings=timings, work_dir=work_dir,
-        bench=bench.stats.get("kernel_us", {}) if bench else {},
-        golden_bench=golden_entry.stats.get("golden_us", {}) if golden_entry else {},
+        bench=(bench and Stats.of(bench).kernel_us) or {},
+        golden_bench=(golden_entry and Stats.of(golden_entry).golden_us) or {},
         report=row)

@@ -23,11 +23,19 @@ from pathlib import Path
 
 from . import graph
 from .hashing import canonical_json, digest_bytes
+from .outputs import POLICY_FILE, AbiMeta, CompileMeta, InputsMeta, Meta, Outputs, Stats
+from .plan import REPLAY_MEANING, Plan
 from .toolchain import toolchain
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-FINGERPRINTS = ("params", "signature", "specs", "seed", "kernel", "golden", "policy", "backend", "options", "parts")
+# What a replay compares with the current source (golden_tasks.plan: each field's `replay`), and
+# the parts that name what changed.
+FINGERPRINTS = (*REPLAY_MEANING, "parts")
+
+
+# Where each stage's tensors are saved.
+FOLDERS = {"inputs": "data/in", "golden": "data/golden", "dispatch": "data/out"}
 
 
 def records(manifest: dict) -> dict:
@@ -35,20 +43,20 @@ def records(manifest: dict) -> dict:
     return {**manifest["tensors"], **manifest["artifact"]["files"], **manifest["files"]}
 
 
-def current_keys(plan: dict, store) -> dict:
+def current_keys(plan: Plan, store) -> dict:
     """stage -> key for every stage whose upstream is cached (None otherwise)."""
     found = {}
     return {s.name: graph.resolve(s, plan, store, found)[0] for s in graph.STAGES}
 
 
-def is_current(plan: dict, store, case_dir: Path) -> bool:
+def is_current(plan: Plan, store, case_dir: Path) -> bool:
     """Whether case_dir holds this plan's current run, under its profile, every file present, unchanged
     since written (size and mtime: the files are hard links, so damage to a cache object shows here too)."""
     try:
         manifest = json.loads((case_dir / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    if manifest.get("keys") != current_keys(plan, store) or manifest.get("profile") != plan["profile"]:
+    if manifest.get("keys") != current_keys(plan, store) or manifest.get("profile") != plan.profile:
         return False
     for rel, record in records(manifest).items():
         try:
@@ -70,7 +78,7 @@ def _place(src: Path, dst: Path) -> None:
     os.chmod(dst, 0o444)
 
 
-def materialize(plan: dict, store, case_dir: Path, summary: dict = None) -> Path:
+def materialize(plan: Plan, store, case_dir: Path, summary: dict = None) -> Path:
     """Write the case's runtime dir from its cached entries (which must all exist)."""
     import torch  # noqa: PLC0415 -- scalars are written through torch's dtypes
 
@@ -79,56 +87,86 @@ def materialize(plan: dict, store, case_dir: Path, summary: dict = None) -> Path
     entries = graph.snapshot(plan, store)
     missing = [n for n, e in entries.items() if e is None]
     if missing:
-        raise RuntimeError(f"{plan['case']} is not verified yet ({', '.join(missing)} not cached)")
+        raise RuntimeError(f"{plan.case} is not verified yet ({', '.join(missing)} not cached)")
     case_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=case_dir.parent, prefix=f".{case_dir.name}."))
     os.chmod(tmp, 0o755)
     tensors, files = {}, {}
-    for stage, folder in (("inputs", "data/in"), ("golden", "data/golden"), ("dispatch", "data/out")):
+    for stage, folder in FOLDERS.items():
         for name, record in entries[stage].objects.items():
             rel = f"{folder}/{name}.bin"
             _place(store.object_path(record["digest"]), tmp / rel)
             tensors[rel] = {k: record[k] for k in ("digest", "nbytes", "dtype", "shape")}
-    for name, value in entries["inputs"].meta["scalars"].items():
-        row = next(r for r in entries["abi"].meta["table"] if r["name"] == name)
+    table = AbiMeta.of(entries["abi"]).table
+    for name, value in InputsMeta.of(entries["inputs"]).scalars.items():
+        row = next(r for r in table if r["name"] == name)
         raw = torch.tensor(value, dtype=dtype_of(row["dtype"])).reshape(1).view(torch.uint8).numpy().tobytes()
         rel = f"data/in/{name}.bin"
         (tmp / rel).write_bytes(raw)
         tensors[rel] = {"digest": digest_bytes(raw), "nbytes": len(raw), "dtype": row["dtype"], "shape": []}
-    compiled = entries["compile"]
+    compiled, built = entries["compile"], CompileMeta.of(entries["compile"])
     for name, record in compiled.objects.items():
         _place(store.object_path(record["digest"]), tmp / "artifact" / name)
-    policy = entries["validate"].objects.get("policy.pkl")
+    policy = entries["validate"].objects.get(POLICY_FILE)
     if policy:
-        _place(store.object_path(policy["digest"]), tmp / "policy.pkl")
-        files["policy.pkl"] = {"digest": policy["digest"], "nbytes": policy["nbytes"]}
+        _place(store.object_path(policy["digest"]), tmp / POLICY_FILE)
+        files[POLICY_FILE] = {"digest": policy["digest"], "nbytes": policy["nbytes"]}
     manifest = {
         "format": FORMAT,
-        "case": plan["case"],
-        "module": plan["module"],
-        "profile": plan["profile"],
+        "case": plan.case,
+        "module": plan.module,
+        "profile": plan.profile,
         "keys": current_keys(plan, store),
-        "fingerprints": {f: plan.get(f) for f in FINGERPRINTS},
+        "fingerprints": {f: getattr(plan, f) for f in FINGERPRINTS},
         "toolchain": toolchain(),
         "pipeline": graph.pipeline_version(),
-        "table": entries["abi"].meta["table"],
-        "bench": plan["bench"],
-        "timeout": plan["timeout"],
-        "artifact": {"backend": compiled.meta["backend"], "module": compiled.meta["module"],
-                     "table": compiled.meta["table"],
+        "table": table,
+        "bench": plan.bench,
+        "timeout": plan.timeout,
+        # saved stages that skipped (a case without a golden): a replay skips what reads them
+        "skipped": {s: reason for s in ("golden",) if (reason := Meta.of(entries[s]).skipped)},
+        "artifact": {"backend": built.backend, "module": built.module, "table": built.table,
                      "files": {f"artifact/{n}": {"digest": r["digest"], "nbytes": r["nbytes"]}
                                for n, r in compiled.objects.items()}},
         "tensors": tensors,
         "files": files,
     }
-    run_report = {"case": plan["case"], "summary": summary, "validation": entries["validate"].meta,
-                  "kernel_us": entries["bench"].stats.get("kernel_us"),
-                  "golden_us": entries["golden"].stats.get("golden_us")}
+    run_report = {"case": plan.case, "summary": summary, "validation": entries["validate"].meta,
+                  "kernel_us": Stats.of(entries["bench"]).kernel_us, "golden_us": Stats.of(entries["golden"]).golden_us}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))
     manifest["mtimes"] = {rel: os.stat(tmp / rel).st_mtime_ns for rel in records(manifest)}
     (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest)), indent=1, sort_keys=True))
     _swap_in(tmp, case_dir)
     return case_dir
+
+
+def saved_plan(manifest: dict, bench: dict = None) -> Plan:
+    """The plan of a runtime dir's run, as far as it was recorded (`bench`: warmup/rounds over the run's)."""
+    return Plan(case=manifest["case"], module=manifest["module"], profile=manifest.get("profile"),
+                timeout=manifest.get("timeout", Plan.timeout), bench={**manifest["bench"], **(bench or {})},
+                **manifest["fingerprints"])
+
+
+def saved_outputs(case_dir: Path, manifest: dict) -> dict:
+    """stage -> Outputs for the stages whose results a runtime dir keeps: abi, compile, inputs and
+    golden (tensors map the saved files; nothing is copied)."""
+    from .tensors import map_raw  # noqa: PLC0415 -- imports torch: only where a replay runs
+
+    def folder(stage):
+        prefix = f"{FOLDERS[stage]}/"
+        return {rel[len(prefix):-len(".bin")]: map_raw(case_dir / rel, record)
+                for rel, record in manifest["tensors"].items() if rel.startswith(prefix)}
+
+    table, artifact, inputs = manifest["table"], manifest["artifact"], folder("inputs")
+    scalars = {r["name"]: inputs.pop(r["name"]).item() for r in table if r["kind"] == "scalar"}
+    return {
+        "abi": Outputs(meta=AbiMeta(table=table)),
+        "compile": Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact["files"]},
+                           meta=CompileMeta(backend=artifact["backend"], module=artifact["module"],
+                                            table=artifact["table"])),
+        "inputs": Outputs(tensors=inputs, meta=InputsMeta(scalars=scalars)),
+        "golden": Outputs(tensors=folder("golden"), meta=Meta(skipped=manifest.get("skipped", {}).get("golden"))),
+    }
 
 
 def _swap_in(new: Path, target: Path) -> None:

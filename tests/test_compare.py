@@ -331,6 +331,10 @@ def test_ratio_allclose_ignore_nan_drops_golden_nan_and_fails_on_all_nan():
     assert judge(ratio_allclose(), a, e, Policy(1e-3, 1e-5, ignore_nan=True)).passed
     r = judge(ratio_allclose(ignore_nan=True, valid_rows=2), a, torch.tensor([NAN, NAN, 3.0, 4.0]))
     assert not r.passed and r.message == "output 'o': golden is NaN everywhere; nothing to compare"
+    r = judge(ratio_allclose(ignore_nan=True, valid_rows=2, zero_tail=True), a, torch.tensor([NAN, NAN, 3.0, 4.0]))
+    assert not r.passed and r.total == 2 and r.message.splitlines() == [  # the tail is still checked
+        "output 'o': golden is NaN everywhere; nothing to compare",
+        "  2/2 elements of the tail (index >= 2 along axis 0) are not 0, first at (2,): 3"]
 
 
 def test_ratio_allclose_shape_mismatch():

@@ -4,7 +4,8 @@ import os
 import pytest
 
 from golden_tasks import config, report
-from golden_tasks.doit_tasks import _doit_workers, apply_profile
+from golden_tasks.doit_tasks import _doit_workers
+from golden_tasks.library import apply_profile
 from golden_tasks.toolchain import toolchain
 
 

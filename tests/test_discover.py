@@ -34,7 +34,7 @@ def root(tmp_path):
 
 
 def plans(root):
-    return {p["case"]: p for p in discover.load_plans(root, Store(root / "cache"))}
+    return {p.case: p for p in discover.load_plans(root, Store(root / "cache"))}
 
 
 def forbid_subprocess(monkeypatch):
@@ -45,10 +45,10 @@ def forbid_subprocess(monkeypatch):
 
 def test_plan_contents(root):
     (plan,) = plans(root).values()
-    assert plan["case"] == "k" and plan["module"] == "kernels.k"
-    assert [p["name"] for p in plan["params"]] == ["x", "out"]
-    assert plan["signature"][0] == {"name": "x", "kind": "tensor", "shape": [4], "dtype": "float32"}
-    assert plan["kernel"] and plan["golden"] and plan["policy"]
+    assert plan.case == "k" and plan.module == "kernels.k"
+    assert [p["name"] for p in plan.params] == ["x", "out"]
+    assert plan.signature[0] == {"name": "x", "kind": "tensor", "shape": [4], "dtype": "float32"}
+    assert plan.kernel and plan.golden and plan.policy
 
 
 def test_plans_are_reused_until_a_dependency_changes(root, monkeypatch):
@@ -58,7 +58,7 @@ def test_plans_are_reused_until_a_dependency_changes(root, monkeypatch):
         assert plans(root)["k"] == first
     (root / "kernels" / "_helpers.py").write_text(HELPERS.replace("2.0", "3.0"))
     edited = plans(root)["k"]
-    assert edited["kernel"] != first["kernel"] and edited["golden"] == first["golden"]
+    assert edited.kernel != first.kernel and edited.golden == first.golden
 
 
 def test_private_modules_are_not_case_modules(root):
@@ -68,31 +68,31 @@ def test_private_modules_are_not_case_modules(root):
 def test_import_failure_is_an_error_plan_for_that_module_only(root):
     (root / "kernels" / "bad.py").write_text("import torch\n\nraise ValueError('boom')\n")
     result = plans(root)
-    assert "error" not in result["k"]
-    assert result["bad"]["error"] == ("kernels/bad.py failed to import: ValueError: boom "
+    assert result["k"].error is None
+    assert result["bad"].error == ("kernels/bad.py failed to import: ValueError: boom "
                                       f"(at {root / 'kernels' / 'bad.py'}:3)")
 
 
 def test_a_failed_module_is_planned_again_once_edited_and_not_before(root, monkeypatch):
     (root / "kernels" / "bad.py").write_text("raise ValueError('boom')\n")
-    assert "error" in plans(root)["bad"]
+    assert plans(root)["bad"].error
     with monkeypatch.context() as m:
         forbid_subprocess(m)
-        assert "error" in plans(root)["bad"]
+        assert plans(root)["bad"].error
     (root / "kernels" / "bad.py").write_text(MODULE.replace('Case("k"', 'Case("bad"').replace(
         "def k(", "def bad(").replace("golden_k", "golden_bad"))
-    assert "error" not in plans(root)["bad"]
+    assert plans(root)["bad"].error is None
 
 
 def test_a_module_missing_an_import_is_planned_again_when_it_appears(root, monkeypatch):
     (root / "kernels" / "late.py").write_text("from kernels._later import VALUE\n" + textwrap.dedent(MODULE).replace(
         'Case("k"', 'Case("late"').replace("def k(", "def late(").replace("golden_k", "golden_late"))
-    assert "No module named 'kernels._later'" in plans(root)["late"]["error"]
+    assert "No module named 'kernels._later'" in plans(root)["late"].error
     with monkeypatch.context() as m:
         forbid_subprocess(m)
-        assert "error" in plans(root)["late"]
+        assert plans(root)["late"].error
     (root / "kernels" / "_later.py").write_text("VALUE = 1\n")
-    assert "error" not in plans(root)["late"]
+    assert plans(root)["late"].error is None
 
 
 IMPORT_TIME = {  # name -> (module prelude, kernel expression using the value, edit of the outside world)
@@ -119,7 +119,7 @@ def test_values_computed_at_import_are_followed(root, tmp_path_factory, monkeypa
               + textwrap.dedent(MODULE).replace("scale(x)", expression))
     (root / "kernels" / "k.py").write_text(source)
     first = plans(root)["k"]
-    assert "error" not in first, first["error"]
+    assert first.error is None, first.error
     with monkeypatch.context() as m:
         forbid_subprocess(m)
         assert plans(root)["k"] == first
@@ -127,7 +127,7 @@ def test_values_computed_at_import_are_followed(root, tmp_path_factory, monkeypa
      "env_var": lambda: monkeypatch.setenv("GT_TEST_SCALE", "3"),
      "listing": lambda: (root / "kernels" / "tables" / "b.bin").write_text(""),
      "outside": lambda: (outside / "outside_helpers.py").write_text("SCALE = 3.0\n")}[route]()
-    assert plans(root)["k"]["kernel"] != first["kernel"]
+    assert plans(root)["k"].kernel != first.kernel
 
 
 def test_declared_file_and_env_deps_enter_the_plan_and_its_freshness(root, monkeypatch):
@@ -138,19 +138,19 @@ def test_declared_file_and_env_deps_enter_the_plan_and_its_freshness(root, monke
     source = textwrap.dedent(MODULE).replace(
         'Case("k", ', 'Case("k", file_deps=("table.txt", "data/*.npy"), env_deps=("GT_DECLARED",), ')
     (root / "kernels" / "k.py").write_text(source)
-    first = plans(root)["k"]["external"]
+    first = plans(root)["k"].external
     assert set(first["files"]) == {"table.txt", "data/*.npy"}
     assert list(first["files"]["data/*.npy"]) == ["data/a.npy"] and first["env"] == {"GT_DECLARED": "one"}
     (root / "kernels" / "data" / "b.npy").write_bytes(b"2")
-    assert list(plans(root)["k"]["external"]["files"]["data/*.npy"]) == ["data/a.npy", "data/b.npy"]
+    assert list(plans(root)["k"].external["files"]["data/*.npy"]) == ["data/a.npy", "data/b.npy"]
     (root / "kernels" / "table.txt").write_text("u")
-    assert plans(root)["k"]["external"]["files"]["table.txt"] != first["files"]["table.txt"]
+    assert plans(root)["k"].external["files"]["table.txt"] != first["files"]["table.txt"]
     monkeypatch.setenv("GT_DECLARED", "two")
-    assert plans(root)["k"]["external"]["env"] == {"GT_DECLARED": "two"}
+    assert plans(root)["k"].external["env"] == {"GT_DECLARED": "two"}
     (root / "kernels" / "table.txt").unlink()
-    assert "file_deps names 'table.txt', which is not a file" in plans(root)["k"]["error"]
+    assert "file_deps names 'table.txt', which is not a file" in plans(root)["k"].error
     (root / "kernels" / "table.txt").write_text("t")  # a missing file that appears re-plans
-    assert plans(root)["k"]["external"]["files"]["table.txt"] == first["files"]["table.txt"]
+    assert plans(root)["k"].external["files"]["table.txt"] == first["files"]["table.txt"]
 
 
 def test_bad_case_errors_stay_per_case(root):
@@ -174,5 +174,5 @@ def test_bad_case_errors_stay_per_case(root):
         ]
     '''))
     result = plans(root)
-    assert "error" not in result["two"]
-    assert result["two_dup"]["error"] == "SpecError: case 'two_dup': duplicate spec names x"
+    assert result["two"].error is None
+    assert result["two_dup"].error == "SpecError: case 'two_dup': duplicate spec names x"

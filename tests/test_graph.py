@@ -1,15 +1,17 @@
 """Keys: what enters them, and resolution through upstream entries."""
+import dataclasses
+
 from golden_tasks import graph
+from golden_tasks.outputs import AbiMeta, Outputs
+from golden_tasks.plan import Plan
 from golden_tasks.store import Store
 
-PLAN = {"case": "c", "params": [], "signature": [], "kernel": "k1", "backend": None, "options": {},
-        "specs": [], "seed": 0, "golden": "g1", "bench": {"warmup": 1, "rounds": 1}, "policy": "p1",
-        "data_in": {}, "data_out": {}, "external": {}}
+PLAN = Plan(case="c", kernel="k1", golden="g1", bench={"warmup": 1, "rounds": 1}, policy="p1")
 
 
 def commit(store, stage, plan, meta):
     key, _ = graph.resolve(graph.BY_NAME[stage], plan, store)
-    return store.commit(stage, key, plan["case"], {}, meta, {})
+    return store.commit(stage, key, plan.case, {}, meta, {})
 
 
 def test_stages_are_in_topological_order():
@@ -33,8 +35,8 @@ def test_key_covers_only_the_stage_plan_fields(tmp_path):
     commit(store, "abi", PLAN, {"table": []})
     inputs = graph.BY_NAME["inputs"]
     base = graph.resolve(inputs, PLAN, store)[0]
-    assert graph.resolve(inputs, {**PLAN, "kernel": "k2", "golden": "g2"}, store)[0] == base
-    assert graph.resolve(inputs, {**PLAN, "seed": 1}, store)[0] != base
+    assert graph.resolve(inputs, dataclasses.replace(PLAN, kernel="k2", golden="g2"), store)[0] == base
+    assert graph.resolve(inputs, dataclasses.replace(PLAN, seed=1), store)[0] != base
 
 
 def test_upstream_digest_change_changes_downstream_key(tmp_path):
@@ -54,14 +56,14 @@ def key_of(stage, plan, store):
     only the plan's own contribution to the key can differ."""
     for name in stage.reads:
         upstream = graph.BY_NAME[name]
-        store.commit(name, key_of(upstream, plan, store), plan["case"], {}, {}, {})
+        store.commit(name, key_of(upstream, plan, store), plan.case, {}, {}, {})
     return graph.resolve(stage, plan, store)[0]
 
 
 def keys_differ(stage_name, edit, tmp_path):
-    """Whether editing the plan (a dict update) changes the stage's key."""
+    """Whether editing the plan (fields replaced) changes the stage's key."""
     store, stage = Store(tmp_path), graph.BY_NAME[stage_name]
-    return key_of(stage, PLAN, store) != key_of(stage, {**PLAN, **edit}, store)
+    return key_of(stage, PLAN, store) != key_of(stage, dataclasses.replace(PLAN, **edit), store)
 
 
 def test_scalar_values_enter_the_compile_key(tmp_path):
@@ -93,11 +95,16 @@ def test_a_stage_sees_only_the_plan_fields_its_key_covers(tmp_path, monkeypatch)
     seen = {}
 
     def spy(case, plan, workdir, **upstream):
-        seen.update(plan)
-        return graph.importlib.import_module("golden_tasks.stages").Outputs(meta={"table": []})
+        for field in dataclasses.fields(Plan):
+            try:
+                seen[field.name] = getattr(plan, field.name)
+            except AttributeError as exc:
+                assert str(exc) == f"the abi stage read plan field {field.name!r}, which is not in its key"
+        return Outputs(meta=AbiMeta())
     monkeypatch.setattr(graph.importlib.import_module("golden_tasks.stages.abi"), "run", spy)
-    graph.execute(graph.BY_NAME["abi"], {**PLAN, "timeout": 1.0}, Store(tmp_path))
-    assert set(seen) == {"case", "timeout", "params", "signature"}
+    graph.execute(graph.BY_NAME["abi"], dataclasses.replace(PLAN, timeout=1.0), Store(tmp_path))
+    assert set(seen) == {"case", "module", "profile", "timeout", "params", "signature", "nonce"}
+    assert seen["timeout"] == 1.0
 
 
 def test_a_waiting_computation_finds_the_entry_made_while_it_waited(tmp_path):

@@ -2,6 +2,7 @@
 
 Nothing here compiles: planning imports the modules, the abi stage only reads the plan.
 """
+import dataclasses
 import json
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def plans(root, variables=()):
 
 
 def shape(plan):
-    return plan["signature"][0]["shape"]
+    return plan.signature[0]["shape"]
 
 
 def test_profile_changes_the_shapes_and_both_plan_sets_are_kept(root, monkeypatch):
@@ -61,10 +62,10 @@ def test_profile_changes_the_shapes_and_both_plan_sets_are_kept(root, monkeypatc
     real = discover.plan_in_subprocess
     monkeypatch.setattr(discover, "plan_in_subprocess", lambda *a: calls.append(a) or real(*a))
     default = plans(root)
-    assert shape(default["p"]) == [4] and default["p"]["profile"] == "default"
+    assert shape(default["p"]) == [4] and default["p"].profile == "default"
     flash = plans(root, ["profile=flash"])
-    assert shape(flash["p"]) == [4096] and flash["p"]["profile"] == "flash"
-    assert flash["q"]["signature"] == default["q"]["signature"]  # a module without profiles ignores it
+    assert shape(flash["p"]) == [4096] and flash["p"].profile == "flash"
+    assert flash["q"].signature == default["q"].signature  # a module without profiles ignores it
     assert len(calls) == 2
     monkeypatch.setenv(config.PROFILE_ENV, "default")
     assert plans(root) == default and plans(root, ["profile=flash"]) == flash
@@ -76,8 +77,8 @@ def test_profile_changes_the_shapes_and_both_plan_sets_are_kept(root, monkeypatc
 
 def test_an_unknown_profile_is_a_plan_error_of_the_module_that_rejects_it(root):
     result = plans(root, ["profile=nope"])
-    assert result["p"]["error"].startswith("kernels/p.py failed to import: KeyError: 'nope'")
-    assert "error" not in result["q"]
+    assert result["p"].error.startswith("kernels/p.py failed to import: KeyError: 'nope'")
+    assert result["q"].error is None
 
 
 def test_profile_enters_no_stage_key_directly(root, monkeypatch):
@@ -95,13 +96,13 @@ def test_runtime_dir_is_current_only_under_its_profile(root, tmp_path):
                 "artifact": {"files": {}}, "files": {}, "mtimes": {}}
     (case_dir / runtime.MANIFEST).write_text(json.dumps(manifest))
     assert runtime.is_current(plan, store, case_dir)
-    assert not runtime.is_current({**plan, "profile": "flash"}, store, case_dir)
+    assert not runtime.is_current(dataclasses.replace(plan, profile="flash"), store, case_dir)
 
 
 def test_replay_checks_staleness_under_the_recorded_profile(root, monkeypatch):
     plan = plans(root, ["profile=flash"])["p"]
     manifest = {"case": "p", "module": "kernels.p", "profile": "flash", "toolchain": toolchain(),
-                "fingerprints": {f: plan.get(f) for f in runtime.FINGERPRINTS}}
+                "fingerprints": {f: getattr(plan, f) for f in runtime.FINGERPRINTS}}
     monkeypatch.setenv(config.PROFILE_ENV, "default")  # the replaying process's own profile is not used
     assert replay.staleness(root, manifest, root) == []
     stale = replay.staleness(root, {**manifest, "profile": "default"}, root)

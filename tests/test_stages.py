@@ -1,11 +1,15 @@
 """The stage modules on their own: plain inputs in, Outputs out, no doit, no store."""
+import dataclasses
+
 import pytest
 import torch
 
 from golden_tasks import Case, In, InOut, Out, Scalar, ScalarSpec, TensorSpec, jit
 from golden_tasks.compare import Allclose
 from golden_tasks.errors import StageFailed
-from golden_tasks.stages import Outputs, abi, bench, dispatch, golden, inputs, validate
+from golden_tasks.outputs import CompileMeta, InputsMeta
+from golden_tasks.plan import Plan
+from golden_tasks.stages import Outputs, abi, dispatch, golden, inputs, measure, validate
 
 
 @jit(backend="eager")
@@ -22,9 +26,9 @@ def golden_acc(t):
 SPECS = [TensorSpec("x", (3, 4), torch.float32, torch.randn), TensorSpec("total", (3, 4), torch.float32, 1.0),
          ScalarSpec("scale", torch.float32, 2.0), TensorSpec("out", (3, 4), torch.float32, float("nan"))]
 CASE = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc).resolved()
-PLAN = {"case": "acc", "seed": 3, "params": acc.params(), "backend": None, "options": {},
-        "signature": [{"name": s.name, "kind": s.kind, "shape": list(s.shape), "dtype": str(s.dtype)[6:]}
-                      for s in SPECS], "bench": {"warmup": 1, "rounds": 2}, "timeout": 60.0}
+PLAN = Plan(case="acc", seed=3, params=acc.params(), bench={"warmup": 1, "rounds": 2}, timeout=60.0,
+            signature=[{"name": s.name, "kind": s.kind, "shape": list(s.shape), "dtype": str(s.dtype)[6:]}
+                       for s in SPECS])
 
 
 @pytest.fixture
@@ -36,11 +40,11 @@ def upstream(tmp_path):
 
 def test_abi_stamps_directions_and_needs_no_case(upstream):
     checked, _ = upstream
-    assert [r["direction"] for r in checked.meta["table"]] == ["in", "inout", "in", "out"]
+    assert [r["direction"] for r in checked.meta.table] == ["in", "inout", "in", "out"]
 
 
 def test_abi_collects_every_mismatch_into_one_message(tmp_path):
-    plan = {**PLAN, "signature": [PLAN["signature"][1], PLAN["signature"][0]]}
+    plan = dataclasses.replace(PLAN, signature=[PLAN.signature[1], PLAN.signature[0]])
     with pytest.raises(StageFailed) as failure:
         abi.run(None, plan, tmp_path)
     assert str(failure.value).splitlines() == ["ABI mismatch for acc:",
@@ -49,10 +53,10 @@ def test_abi_collects_every_mismatch_into_one_message(tmp_path):
 
 def test_inputs_are_seeded_per_spec_and_only_for_in_and_inout(upstream, tmp_path):
     checked, made = upstream
-    assert set(made.tensors) == {"x", "total"} and made.meta == {"scalars": {"scale": 2.0}, "nonfinite": {}}
+    assert set(made.tensors) == {"x", "total"} and made.meta == InputsMeta(scalars={"scale": 2.0}, nonfinite={})
     again = inputs.run(CASE, PLAN, tmp_path, checked)
     assert torch.equal(again.tensors["x"], made.tensors["x"])
-    reseeded = inputs.run(CASE, {**PLAN, "seed": 4}, tmp_path, checked)
+    reseeded = inputs.run(CASE, dataclasses.replace(PLAN, seed=4), tmp_path, checked)
     assert not torch.equal(reseeded.tensors["x"], made.tensors["x"])
     assert torch.equal(made.tensors["total"], torch.ones(3, 4))
 
@@ -62,15 +66,15 @@ def test_golden_gets_its_own_out_init_and_is_timed(upstream, tmp_path):
     result = golden.run(CASE, PLAN, tmp_path, checked, made)
     assert set(result.tensors) == {"total", "out"}
     torch.testing.assert_close(result.tensors["total"], made.tensors["x"] + 1)
-    assert result.stats["golden_us"]["rounds"] == 2
+    assert result.stats.golden_us["rounds"] == 2
     assert torch.equal(made.tensors["total"], torch.ones(3, 4))  # inputs untouched
 
 
 def compiled(tmp_path, checked):
-    specs = [s.stamped(r["direction"]) for s, r in zip(SPECS, checked.meta["table"])]
+    specs = [s.stamped(r["direction"]) for s, r in zip(SPECS, checked.meta.table)]
     artifact = acc.compile(specs, {"backend": "eager"}, tmp_path)
-    return Outputs(files=artifact.files, meta={"backend": artifact.backend, "module": "golden_tasks.jit",
-                                               "table": artifact.table})
+    return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module="golden_tasks.jit",
+                                                          table=artifact.table))
 
 
 def test_dispatch_runs_on_copies_and_pure_outs_start_at_zero(upstream, tmp_path):
@@ -84,7 +88,7 @@ def test_dispatch_runs_on_copies_and_pure_outs_start_at_zero(upstream, tmp_path)
 def test_dispatch_refuses_an_artifact_whose_table_differs(upstream, tmp_path):
     checked, made = upstream
     artifact = compiled(tmp_path, checked)
-    artifact.meta["table"][0] = {**artifact.meta["table"][0], "shape": [3, 5]}
+    artifact.meta.table[0] = {**artifact.meta.table[0], "shape": [3, 5]}
     with pytest.raises(StageFailed, match="artifact parameter table differs from the ABI-checked one"):
         dispatch.run(None, PLAN, tmp_path, checked, artifact, made)
 
@@ -94,12 +98,12 @@ def test_validate_passes_fails_and_rejects_unknown_outputs(upstream, tmp_path):
     expected = golden.run(CASE, PLAN, tmp_path, checked, made)
     actual = dispatch.run(None, PLAN, tmp_path, checked, compiled(tmp_path, checked), made)
     report = validate.run(CASE, PLAN, tmp_path, actual, expected, made)
-    assert report.meta["status"] == "pass" and [o["name"] for o in report.meta["outputs"]] == ["total", "out"]
+    assert report.meta.skipped is None and [o["name"] for o in report.meta.outputs] == ["total", "out"]
     actual.tensors["out"][1, 2] += 1
     with pytest.raises(StageFailed, match=r"output 'out': 1/12 elements mismatched"):
         validate.run(CASE, PLAN, tmp_path, actual, expected, made)
     loose = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc, compare={"out": Allclose(atol=2)}).resolved()
-    assert validate.run(loose, PLAN, tmp_path, actual, expected, made).meta["status"] == "pass"
+    assert validate.run(loose, PLAN, tmp_path, actual, expected, made).meta.max_abs == 1.0
     typo = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc, compare={"outt": Allclose()}).resolved()
     with pytest.raises(StageFailed, match="compare names outt, which are not outputs"):
         validate.run(typo, PLAN, tmp_path, actual, expected, made)
@@ -107,6 +111,6 @@ def test_validate_passes_fails_and_rejects_unknown_outputs(upstream, tmp_path):
 
 def test_bench_measures_rounds():
     calls = []
-    stats = bench.measure(lambda: calls.append(1), warmup=3, rounds=7)
+    stats = measure(lambda: calls.append(1), warmup=3, rounds=7)
     assert len(calls) == 10 and stats["rounds"] == 7
     assert 0 <= stats["min"] <= stats["median"] <= stats["max"] and stats["min"] <= stats["mean"] <= stats["max"]

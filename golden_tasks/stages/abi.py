@@ -5,6 +5,7 @@ and, where the table declares them, dtype and shape (None is a dynamic dim);
 scalars must be In. Every mismatch is collected into one message, before any
 tensor is allocated. The output is the table stamped with directions.
 """
+from ..outputs import AbiMeta
 from . import Outputs, StageFailed
 
 
@@ -41,10 +42,10 @@ def problems(params: list, signature: list) -> list:
 
 
 def run(case, plan, workdir):
-    found = problems(plan["params"], plan["signature"])
+    found = problems(plan.params, plan.signature)
     if found:
-        raise StageFailed(f"ABI mismatch for {plan['case']}:\n  " + "\n  ".join(found))
-    directions = {p["name"]: p["direction"] for p in plan["params"]}
+        raise StageFailed(f"ABI mismatch for {plan.case}:\n  " + "\n  ".join(found))
+    directions = {p["name"]: p["direction"] for p in plan.params}
     table = [{"name": s["name"], "kind": s["kind"], "direction": directions[s["name"]],
-              "shape": s["shape"], "dtype": s["dtype"]} for s in plan["signature"]]
-    return Outputs(meta={"table": table})
+              "shape": s["shape"], "dtype": s["dtype"]} for s in plan.signature]
+    return Outputs(meta=AbiMeta(table=table))

@@ -1,36 +1,21 @@
-"""Inputs: In and InOut tensors from their init_value, each under its own seed.
-
-Each spec's seed derives from the case seed and the spec's name, so a tensor
-is bitwise identical in any process and independent of the other specs.
-"""
+"""Inputs: In and InOut tensors from their init_value, each under its own seed (stages.spec_seed),
+or read from the case's data directory."""
 import torch
-import xxhash
 
 from .. import data
-from ..specs import stamp_all
-from . import Outputs
-
-
-def spec_seed(seed: int, name: str) -> int:
-    return xxhash.xxh64_intdigest(f"{seed}:{name}".encode()) & 0x7FFF_FFFF_FFFF_FFFF
-
-
-def make(spec, seed: int) -> torch.Tensor:
-    """The spec's initial tensor, seeded."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec_seed(seed, spec.name))
-        return spec.make()
+from ..outputs import InputsMeta
+from . import Outputs, make, stamped_specs
 
 
 def run(case, plan, workdir, abi):
-    specs = stamp_all(case.specs, abi.meta["table"])
+    specs = stamped_specs(case, abi)
     if case.inputs_from is not None:  # checked against the specs when planned
         tensors = {s.name: data.read(case.inputs_from, "in", s.name).contiguous()
                    for s in specs if s.kind == "tensor" and s.is_input}
     else:
-        tensors = {s.name: make(s, plan["seed"]) for s in specs if s.kind == "tensor" and s.is_input}
+        tensors = {s.name: make(s, plan.seed) for s in specs if s.kind == "tensor" and s.is_input}
     scalars = {s.name: s.value for s in specs if s.kind == "scalar"}
-    return Outputs(tensors=tensors, meta={"scalars": scalars, "nonfinite": nonfinite(tensors)})
+    return Outputs(tensors=tensors, meta=InputsMeta(scalars=scalars, nonfinite=nonfinite(tensors)))
 
 
 def nonfinite(tensors: dict) -> dict:

@@ -1,39 +1,36 @@
-"""Validate: every output against its golden, with the case's policy.
+"""Validate: every output against its golden, with the case's policy (`case.policy()`).
 
 The policy is also saved (cloudpickle, user code by value) so that a
 runtime dir can be re-validated without importing the kernel module.
 """
 from ..compare import Policy
 from ..fingerprint import dumps_by_value
+from ..outputs import POLICY_FILE, ValidateMeta
 from . import Outputs, StageFailed
 
 
-def save_policy(policy: Policy, path):
-    path.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
-    return path
-
-
-def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict = None) -> dict:
+def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict) -> ValidateMeta:
     """The validation report; raises StageFailed naming every mismatching output, and every
     input that holds NaN/Inf (`nonfinite`: name -> description), a likely cause."""
     results = policy.check(actual, expected)
     failed = [r.message for r in results if not r.passed]
     if failed:
         causes = [f"note: input {name!r} holds {what}; it may propagate to the outputs"
-                  for name, what in (nonfinite or {}).items()]
+                  for name, what in nonfinite.items()]
         raise StageFailed(f"validation FAILED for {case}:\n" + "\n".join(failed + causes))
-    return {"status": "pass", "outputs": [r.to_json() for r in results],
-            "max_abs": max((r.max_abs for r in results), default=0.0)}
+    return ValidateMeta(outputs=[r.to_json() for r in results], max_abs=max((r.max_abs for r in results), default=0.0))
 
 
 def run(case, plan, workdir, dispatch, golden, inputs):
     for upstream in (golden, dispatch):  # no golden, or no device to dispatch on
-        if "skipped" in upstream.meta:
-            return Outputs(meta={"status": "skipped", "reason": upstream.meta["skipped"]})
-    unknown = sorted(set(case.compare) - set(golden.tensors))
+        if upstream.skipped:
+            return Outputs(meta=ValidateMeta(skipped=upstream.skipped))
+    policy = case.policy()
+    unknown = sorted(set(policy.compare) - set(golden.tensors))
     if unknown:
-        raise StageFailed(f"{plan['case']}: compare names {', '.join(unknown)}, which are not outputs "
+        raise StageFailed(f"{plan.case}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
-    policy = Policy(case.rtol, case.atol, case.ignore_nan, case.compare)
-    meta = judge(policy, dispatch.tensors, golden.tensors, plan["case"], inputs.meta.get("nonfinite"))
-    return Outputs(files={"policy.pkl": save_policy(policy, workdir / "policy.pkl")}, meta=meta)
+    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite)
+    saved = workdir / POLICY_FILE
+    saved.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
+    return Outputs(files={POLICY_FILE: saved}, meta=meta)

@@ -1,0 +1,57 @@
+"""A project's kernel library as planned for one run: its plans with the run's variables
+applied (doit's `NAME=VALUE` arguments, or the console script's), and its store.
+
+Used by the doit adapter and the `golden-tasks` console script alike; imports
+neither doit nor torch.
+"""
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from . import config
+from .discover import load_plans
+from .plan import VARIABLES, FailedPlan, Plan
+
+
+def run_variables(get: Callable) -> dict:
+    """The run's variables that override plan fields (name -> text), each checked: a bad value
+    is a ValueError naming it, whether or not any case exists. `get(name, default)` reads one;
+    `profile=NAME` is exported to the environment (see apply_profile)."""
+    apply_profile(get)
+    values = {name: value for name in VARIABLES if (value := get(name, None)) is not None}
+    Plan().overridden(values)
+    return values
+
+
+def apply_profile(get: Callable) -> None:
+    """Variable profile=NAME: export it as $GOLDEN_TASKS_PROFILE (over any set before), for the
+    planning subprocess and the stages, in this process and the workers it forks; absent, the
+    environment is left as it is."""
+    if name := get("profile", None):
+        os.environ[config.PROFILE_ENV] = name
+
+
+def planned_library(root: Path, store, values: dict) -> dict:
+    """case -> Plan or FailedPlan, with the variables applied and duplicate case names made failures."""
+    plans = {}
+    for plan in load_plans(root, store):
+        if plan.case in plans:
+            plan = FailedPlan(plan.case, plan.module, f"case {plan.case!r} is defined in both {plan.module} "
+                                                      f"and {plans[plan.case].module}", plan.profile)
+        if not plan.error:
+            plan = plan.overridden(values).for_this_run()
+        plans[plan.case] = plan
+    return plans
+
+
+class Library:
+    """The planned kernel library of one project checkout, with its store."""
+
+    def __init__(self, root: Path, get: Callable):
+        self.root = root
+        values = run_variables(get)
+        self.store = config.open_store(root)
+        self.plans = planned_library(root, self.store, values)
+
+    def ok(self) -> list:
+        return [p for p in self.plans.values() if not p.error]

@@ -1,0 +1,86 @@
+"""What each stage produces, declared once.
+
+A stage returns Outputs: tensors and files (stored as objects, by name), a typed
+`meta` (deterministic: it enters the entry's digest, so downstream keys follow
+it) and `stats` (timings: informational, outside the digest). The meta type
+each stage declares (graph.Stage.meta) is the one way to read it, in a stage
+downstream, a report, a runtime dir or a replay: `ValidateMeta.of(entry)`.
+
+Tensors are named by their parameter: inputs holds the In and InOut tensors,
+golden and dispatch the Out and InOut ones. Files: compile's are the artifact's
+own (forms.Artifact.files); validate's is POLICY_FILE.
+
+A stage that cannot do its work says why in `skipped` (no golden; no device for
+a CUDA kernel), and a stage that reads a skipped one skips with its reason.
+Skipped is never passed.
+"""
+import dataclasses
+
+POLICY_FILE = "policy.pkl"  # validate: the policy it judged with (cloudpickle), for replays
+
+
+@dataclasses.dataclass(frozen=True)
+class Meta:
+    """The meta every stage has: `skipped` is None, or why the stage did not do its work."""
+    skipped: str = None
+
+    @classmethod
+    def of(cls, entry) -> "Meta":
+        """The typed meta of a stored entry (store.Entry)."""
+        return cls(**entry.meta)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class AbiMeta(Meta):
+    table: list = dataclasses.field(default_factory=list)  # one row per parameter: name, kind, direction, ...
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileMeta(Meta):
+    backend: str = None
+    module: str = None  # where the artifact's class lives (forms.Artifact.restore)
+    table: list = dataclasses.field(default_factory=list)  # the parameter table the artifact embeds
+
+
+@dataclasses.dataclass(frozen=True)
+class InputsMeta(Meta):
+    scalars: dict = dataclasses.field(default_factory=dict)  # name -> value
+    nonfinite: dict = dataclasses.field(default_factory=dict)  # name -> "N NaN/Inf, first at (i, j)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidateMeta(Meta):
+    outputs: list = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
+    max_abs: float = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """Timings, outside the entry's digest. A timing is {min, median, mean, max} in microseconds
+    with its rounds and warmup."""
+    seconds: float = None  # the stage's own run (set by the graph)
+    golden_us: dict = None  # golden: the golden function's timing
+    kernel_us: dict = None  # bench: the kernel's timing
+
+    @classmethod
+    def of(cls, entry) -> "Stats":
+        return cls(**entry.stats)
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclasses.dataclass
+class Outputs:
+    """What a stage returns: tensors and files (name -> tensor / path), its typed meta and stats."""
+    tensors: dict = dataclasses.field(default_factory=dict)
+    files: dict = dataclasses.field(default_factory=dict)
+    meta: Meta = dataclasses.field(default_factory=Meta)
+    stats: Stats = dataclasses.field(default_factory=Stats)
+
+    @property
+    def skipped(self) -> str:
+        return self.meta.skipped

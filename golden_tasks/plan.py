@@ -1,0 +1,189 @@
+"""The plan of a case: what the task graph knows about it, typed, each field declared once.
+
+A plan is made where the case's module is imported (the planning subprocess, a
+worker, `golden_tasks.run`) and travels as JSON to the doit parent, which never
+imports kernel modules. Every field declares, in its metadata:
+
+- `source`: "case" (computed from the case's source: a change means the plan is
+  stale, see case.live_case), "run" (set for one run: a doit variable, the nonce)
+  or "context" (names and settings that no key needs);
+- `keys`: the stages whose key it enters (graph.Stage.plan_fields derive from it);
+- `variables`: the doit variables that override it, with their parser;
+- `replay`: what a change since a runtime dir was saved means for its replay
+  (the runtime manifest records exactly these fields);
+- `every_stage`: readable by every stage outside its key (names for messages,
+  the kernel-call timeout); a stage is handed nothing else (StagePlan).
+
+A plan that failed to load (an import error, a bad spec, a duplicate name) is a
+FailedPlan, whose `error` says why; a Plan's `error` is None.
+"""
+import dataclasses
+import json
+import uuid
+from collections.abc import Callable
+from typing import ClassVar
+
+# Stages that run user code, dispatch and bench included: they may read the files and variables
+# a case declares (Case.file_deps, Case.env_deps).
+_RUNS_USER_CODE = ("compile", "inputs", "golden", "dispatch", "validate", "bench")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """doit variables that override a field: parse(values by name, old value) -> new value.
+    `values` holds only the variables given; parse raises ValueError naming a bad one."""
+    names: tuple
+    parse: Callable
+
+
+def _field(source: str, keys: tuple = (), replay: str = None, variable: Variable = None, every_stage=False,
+           default=None):
+    meta = {"source": source, "keys": keys, "replay": replay, "variable": variable, "every_stage": every_stage}
+    if isinstance(default, (dict, list)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _backend(values: dict, old):
+    return values["backend"] or old  # backend= (empty): the case's own
+
+
+def _options(values: dict, old: dict) -> dict:
+    text = values["options"]
+    try:
+        extra = json.loads(text)
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise ValueError(f"doit variable options={text!r} is not a JSON object")
+    return {**old, **extra}  # merged over the case's own options
+
+
+def _bench(values: dict, old: dict) -> dict:
+    new = dict(old)
+    for name, least in (("warmup", 0), ("rounds", 1)):
+        if name in values:
+            text = values[name]
+            if not text.isdigit() or int(text) < least:
+                raise ValueError(f"doit variable {name}={text!r} is not an integer >= {least}")
+            new[name] = int(text)
+    return new
+
+
+def _timeout(values: dict, old: float) -> float:
+    text = values["timeout"]
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = None
+    if seconds is None or not seconds > 0:
+        raise ValueError(f"doit variable timeout={text!r} is not a number of seconds > 0")
+    return seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A case as the task graph keys it (JSON-able values only)."""
+    case: str = _field("context", every_stage=True)
+    module: str = _field("context", every_stage=True)  # kernels.<stem>; None for golden_tasks.run
+    profile: str = _field("context", every_stage=True)
+    # in no key: it decides only whether a call counts as hung
+    timeout: float = _field("run", variable=Variable(("timeout",), _timeout), every_stage=True, default=60.0)
+    params: list = _field("case", ("abi",), default=[],
+                          replay="the kernel's parameter list changed; the saved artifact has the old ABI")
+    signature: list = _field("case", ("abi", "compile"), default=[],
+                             replay="the specs' shapes, dtypes or scalar values changed")
+    specs: list = _field("case", ("inputs", "golden"), default=[],
+                         replay="the saved inputs may not be what the case generates now")
+    seed: int = _field("case", ("inputs", "golden"), default=0, replay="the saved inputs come from another seed")
+    kernel: str = _field("case", ("compile",),
+                         replay="the saved artifact is not your current kernel; `doit verify:{case}` rebuilds it")
+    backend: str = _field("run", ("compile",), variable=Variable(("backend",), _backend))
+    options: dict = _field("run", ("compile",), variable=Variable(("options",), _options), default={})
+    golden: str = _field("case", ("golden",), replay="the saved golden may no longer be the intended reference")
+    policy: str = _field("case", ("validate",),
+                         replay="the saved validation policy (tolerances, comparators) differs from the case's")
+    bench: dict = _field("run", ("golden", "bench"), variable=Variable(("warmup", "rounds"), _bench),
+                         default={"warmup": 5, "rounds": 100})
+    data_in: dict = _field("case", ("inputs",), default={},
+                           replay="the saved inputs come from other data files than the case's now")
+    data_out: dict = _field("case", ("golden",), default={},
+                            replay="the saved golden comes from other data files than the case's now")
+    external: dict = _field("case", _RUNS_USER_CODE, default={"files": {}, "env": {}},
+                            replay="the files or variables the case declares (file_deps, env_deps) changed")
+    # in no key: the digest of each function and constant, so that `golden-tasks explain` and a
+    # replay can name what changed
+    parts: dict = _field("context", default={"kernel": {}, "golden": {}})
+    volatile: list = _field("context", default=[])  # what cannot be fingerprinted (see fingerprint.py)
+    nonce: str = _field("run", ("abi",) + _RUNS_USER_CODE)  # see for_this_run
+
+    error: ClassVar[None] = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def overridden(self, values: dict) -> "Plan":
+        """The plan with doit variables applied (`values`: name -> text, only those given)."""
+        changes = {f.name: f.metadata["variable"].parse(values, getattr(self, f.name))
+                   for f in dataclasses.fields(self)
+                   if f.metadata["variable"] and any(n in values for n in f.metadata["variable"].names)}
+        return dataclasses.replace(self, **changes)
+
+    def for_this_run(self) -> "Plan":
+        """The plan as keyed in this run: one with parts that cannot be fingerprinted gets a fresh
+        nonce, so that everything depending on them recomputes (once per run: its stages agree)."""
+        return dataclasses.replace(self, nonce=uuid.uuid4().hex) if self.volatile else self
+
+    def keyed(self, stage: str) -> dict:
+        """The fields that enter `stage`'s key, by name."""
+        return {f: getattr(self, f) for f in KEYED[stage]}
+
+    def view(self, stage: str) -> "StagePlan":
+        return StagePlan(self, stage)
+
+
+@dataclasses.dataclass(frozen=True)
+class FailedPlan:
+    """A case that could not be planned: `error` says why (the case's name is the module's stem
+    when the module itself failed to import)."""
+    case: str
+    module: str
+    error: str
+    profile: str = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class StagePlan:
+    """What a stage may read of a plan: the fields in its key and the context fields. Reading any
+    other is an error, so a stage cannot depend on what its key does not cover."""
+    __slots__ = ("_plan", "_stage")
+
+    def __init__(self, plan: Plan, stage: str):
+        object.__setattr__(self, "_plan", plan)
+        object.__setattr__(self, "_stage", stage)
+
+    def __getattr__(self, name):
+        if name in KEYED[self._stage] or name in EVERY_STAGE:
+            return getattr(self._plan, name)
+        raise AttributeError(f"the {self._stage} stage read plan field {name!r}, which is not in its key")
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a stage's plan is read-only")
+
+
+def _fields_where(test) -> tuple:
+    return tuple(f.name for f in dataclasses.fields(Plan) if test(f.metadata))
+
+
+SOURCE_FIELDS = _fields_where(lambda m: m["source"] == "case")  # a change makes the plan stale
+EVERY_STAGE = _fields_where(lambda m: m["every_stage"])
+REPLAY_MEANING = {f.name: f.metadata["replay"] for f in dataclasses.fields(Plan) if f.metadata["replay"]}
+KEYED = {stage: _fields_where(lambda m, s=stage: s in m["keys"]) for stage in ("abi",) + _RUNS_USER_CODE}
+VARIABLES = tuple(n for f in dataclasses.fields(Plan) if f.metadata["variable"] for n in f.metadata["variable"].names)
+
+
+def from_json(record: dict):
+    """The Plan or FailedPlan a `to_json` record describes."""
+    return FailedPlan(**record) if "error" in record else Plan(**record)
