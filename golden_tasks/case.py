@@ -81,7 +81,9 @@ class Case:
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):
                 raise SpecError(f"case {self.name!r}: {field} must be a list of strings, got {value!r}")
         root = self.root or (Path(module.__file__).parent if module else Path.cwd())
-        return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, root=Path(root).resolve())
+        return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, root=Path(root).resolve(),
+                                   compare=dict(self.compare or {}), options=dict(self.options or {}),
+                                   file_deps=tuple(self.file_deps), env_deps=tuple(self.env_deps))
 
     def policy(self) -> Policy:
         """How its outputs are validated (the validate stage's view of a case)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from . import config
 from .hashing import digest_file, digest_json
 from .outputs import AbiMeta, CompileMeta, InputsMeta, Meta, Outputs, Stats, ValidateMeta
-from .plan import KEYED, Plan
+from .plan import Plan, keyed_fields
 from .store import CorruptObject, Entry, Store, object_problem
 from .toolchain import toolchain
 
@@ -44,7 +44,7 @@ class Stage:
     @property
     def plan_fields(self) -> tuple:
         """The plan fields that enter this stage's key (each field declares its stages)."""
-        return KEYED[self.name]
+        return keyed_fields(self.name)
 
 
 # Seconds a compile may spend in the compiler itself, beyond the case's timeout for each of the

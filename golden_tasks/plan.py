@@ -7,7 +7,7 @@ imports kernel modules. Every field declares, in its metadata:
 - `source`: "case" (computed from the case's source: a change means the plan is
   stale, see case.live_case), "run" (set for one run: a doit variable, the nonce)
   or "context" (names and settings that no key needs);
-- `keys`: the stages whose key it enters (graph.Stage.plan_fields derive from it);
+- `keys`: the stages whose key it enters, or EVERY_KEY (graph.Stage.plan_fields derive from it);
 - `variables`: the doit variables that override it, with their parser;
 - `replay`: what a change since a runtime dir was saved means for its replay
   (the runtime manifest records exactly these fields);
@@ -18,6 +18,7 @@ A plan that failed to load (an import error, a bad spec, a duplicate name) is a
 FailedPlan, whose `error` says why; a Plan's `error` is None.
 """
 import dataclasses
+import functools
 import json
 import uuid
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from typing import ClassVar
 # Stages that run user code, dispatch and bench included: they may read the files and variables
 # a case declares (Case.file_deps, Case.env_deps).
 _RUNS_USER_CODE = ("compile", "inputs", "golden", "dispatch", "validate", "bench")
+EVERY_KEY = "every stage's key"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +117,7 @@ class Plan:
     # replay can name what changed
     parts: dict = _field("context", default={"kernel": {}, "golden": {}})
     volatile: list = _field("context", default=[])  # what cannot be fingerprinted (see fingerprint.py)
-    nonce: str = _field("run", ("abi",) + _RUNS_USER_CODE)  # see for_this_run
+    nonce: str = _field("run", EVERY_KEY)  # see for_this_run
 
     error: ClassVar[None] = None
 
@@ -136,7 +138,7 @@ class Plan:
 
     def keyed(self, stage: str) -> dict:
         """The fields that enter `stage`'s key, by name."""
-        return {f: getattr(self, f) for f in KEYED[stage]}
+        return {f: getattr(self, f) for f in keyed_fields(stage)}
 
     def view(self, stage: str) -> "StagePlan":
         return StagePlan(self, stage)
@@ -165,7 +167,7 @@ class StagePlan:
         object.__setattr__(self, "_stage", stage)
 
     def __getattr__(self, name):
-        if name in KEYED[self._stage] or name in EVERY_STAGE:
+        if name in keyed_fields(self._stage) or name in EVERY_STAGE:
             return getattr(self._plan, name)
         raise AttributeError(f"the {self._stage} stage read plan field {name!r}, which is not in its key")
 
@@ -180,7 +182,12 @@ def _fields_where(test) -> tuple:
 SOURCE_FIELDS = _fields_where(lambda m: m["source"] == "case")  # a change makes the plan stale
 EVERY_STAGE = _fields_where(lambda m: m["every_stage"])
 REPLAY_MEANING = {f.name: f.metadata["replay"] for f in dataclasses.fields(Plan) if f.metadata["replay"]}
-KEYED = {stage: _fields_where(lambda m, s=stage: s in m["keys"]) for stage in ("abi",) + _RUNS_USER_CODE}
+
+
+@functools.cache
+def keyed_fields(stage: str) -> tuple:
+    """The plan fields that enter `stage`'s key."""
+    return _fields_where(lambda m: m["keys"] == EVERY_KEY or stage in m["keys"])
 VARIABLES = tuple(n for f in dataclasses.fields(Plan) if f.metadata["variable"] for n in f.metadata["variable"].names)
 
 

@@ -28,33 +28,34 @@ class RunResult:
         return self.passed
 
 
-def run(fn, specs, golden=None, *, name=None, rtol=1e-5, atol=1e-8, compare=None, ignore_nan=False,
-        seed=0, backend=None, options=None, warmup=5, rounds=100, timeout=60.0, inputs_from=None,
-        golden_from=None, file_deps=(), env_deps=(), cache_dir=None, runs_dir=None) -> RunResult:
+# Case's options that run() passes on (its name, specs, kernel and golden are run()'s arguments; its
+# root is the current directory).
+RUN_OPTIONS = tuple(f.name for f in dataclasses.fields(Case) if f.name not in ("name", "specs", "kernel", "golden",
+                                                                               "root"))
+
+
+def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **options) -> RunResult:
     """Verify one kernel through every stage, reusing and filling the cache.
 
     `fn` is a kernel form (a `@golden_tasks.jit` function); `specs` a list of
     TensorSpec/ScalarSpec in parameter order (or a callable returning one).
-    `inputs_from` / `golden_from`: data directories to read inputs (in/<name>.pt)
-    / golden outputs (out/<name>.pt) from instead of generating them.
-    `timeout`: seconds one kernel call may take before it fails as hung.
-    `file_deps` / `env_deps`: files (relative to the cwd; globs allowed) and environment
-    variables the kernel, golden or comparators read when called (see Case).
+    `options` are Case's, with its defaults: rtol, atol, compare, ignore_nan, seed,
+    backend, options, warmup, rounds, timeout, inputs_from, golden_from, file_deps,
+    env_deps (relative paths are found from the current directory).
     Setup errors (ABI mismatch, bad specs, compile errors) and validation
     mismatches come back as a failed RunResult with a precise message.
     """
     if not isinstance(fn, KernelForm):
         raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, got {fn!r}")
+    unknown = sorted(set(options) - set(RUN_OPTIONS))
+    if unknown:
+        raise TypeError(f"run() got unknown options {', '.join(unknown)}; it takes {', '.join(RUN_OPTIONS)}")
     case_name = name or fn.name
     store = config.open_store(cache_dir=cache_dir)
     work_dir = (Path(runs_dir).resolve() if runs_dir else config.runs_root()) / case_name
     states, errors, timings = {}, {}, {}
     try:
-        case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, rtol=rtol, atol=atol,
-                    compare=dict(compare or {}), ignore_nan=ignore_nan, seed=seed, backend=backend,
-                    options=dict(options or {}), warmup=warmup, rounds=rounds, timeout=timeout,
-                    inputs_from=inputs_from, golden_from=golden_from, file_deps=tuple(file_deps),
-                    env_deps=tuple(env_deps)).resolved()
+        case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, **options).resolved()
         plan = plan_of(case, profile=config.profile())[0].for_this_run()
     except VerificationFailure as exc:
         plan = FailedPlan(case_name, None, str(exc), config.profile())

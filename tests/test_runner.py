@@ -125,6 +125,11 @@ def test_plain_function_is_refused():
         golden_tasks.run(fn=lambda x: x, specs=specs, golden=golden)
 
 
+def test_run_takes_exactly_the_options_of_a_case():
+    with pytest.raises(TypeError, match=r"^run\(\) got unknown options rtl; it takes rtol, atol, compare, "):
+        golden_tasks.run(fn=scaled_sum, specs=specs, golden=golden, rtl=1e-3)
+
+
 def test_aoti_backend_passes():
     result = golden_tasks.run(fn=scaled_sum, specs=specs, golden=golden, rtol=1e-5, atol=1e-5,
                               backend="aoti", rounds=3)
