@@ -158,7 +158,7 @@ class FailedPlan:
 
 
 class StagePlan:
-    """What a stage may read of a plan: the fields in its key and the context fields. Reading any
+    """What a stage may read of a plan: the fields in its key and those every stage may read. Reading any
     other is an error, so a stage cannot depend on what its key does not cover."""
     __slots__ = ("_plan", "_stage")
 
@@ -182,13 +182,13 @@ def _fields_where(test) -> tuple:
 SOURCE_FIELDS = _fields_where(lambda m: m["source"] == "case")  # a change makes the plan stale
 EVERY_STAGE = _fields_where(lambda m: m["every_stage"])
 REPLAY_MEANING = {f.name: f.metadata["replay"] for f in dataclasses.fields(Plan) if f.metadata["replay"]}
+VARIABLES = tuple(n for f in dataclasses.fields(Plan) if f.metadata["variable"] for n in f.metadata["variable"].names)
 
 
 @functools.cache
 def keyed_fields(stage: str) -> tuple:
     """The plan fields that enter `stage`'s key."""
     return _fields_where(lambda m: m["keys"] == EVERY_KEY or stage in m["keys"])
-VARIABLES = tuple(n for f in dataclasses.fields(Plan) if f.metadata["variable"] for n in f.metadata["variable"].names)
 
 
 def from_json(record: dict):

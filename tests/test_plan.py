@@ -1,0 +1,75 @@
+"""The typed plan (golden_tasks.plan), the run's variables (golden_tasks.library) and the stage
+outputs' schema (golden_tasks.outputs): what derives from each field's declaration."""
+import dataclasses
+import re
+
+import pytest
+
+from golden_tasks import graph, plan
+from golden_tasks.library import run_variables
+from golden_tasks.outputs import Meta, Stats, ValidateMeta
+from golden_tasks.plan import FailedPlan, Plan
+
+
+def test_every_field_list_derives_from_the_declarations():
+    assert plan.SOURCE_FIELDS == ("params", "signature", "specs", "seed", "kernel", "golden", "policy", "data_in",
+                                  "data_out", "external")
+    assert plan.EVERY_STAGE == ("case", "module", "profile", "timeout")
+    assert set(plan.REPLAY_MEANING) == set(plan.SOURCE_FIELDS)
+    assert plan.VARIABLES == ("timeout", "backend", "options", "warmup", "rounds")
+    assert graph.BY_NAME["abi"].plan_fields == ("params", "signature", "nonce")
+    assert graph.BY_NAME["dispatch"].plan_fields == ("external", "nonce")
+    for stage in graph.STAGES:
+        assert "nonce" in stage.plan_fields and ("external" in stage.plan_fields) == (stage.name != "abi")
+
+
+def test_a_stage_reads_only_its_key_and_the_context():
+    view = Plan(case="c", seed=7, timeout=3.0).view("inputs")
+    assert (view.seed, view.case, view.timeout) == (7, "c", 3.0)
+    with pytest.raises(AttributeError, match="^the inputs stage read plan field 'kernel', which is not in its key$"):
+        _ = view.kernel
+    with pytest.raises(AttributeError, match="read-only"):
+        view.seed = 1
+
+
+def test_variables_override_their_fields_and_bad_values_name_the_variable():
+    base = Plan(case="c", options={"a": 1})
+    new = base.overridden({"backend": "eager", "options": '{"b": 2}', "rounds": "3", "timeout": "2.5"})
+    assert (new.backend, new.options, new.bench, new.timeout) == ("eager", {"a": 1, "b": 2},
+                                                                  {"warmup": 5, "rounds": 3}, 2.5)
+    assert base.overridden({}) == base and base.overridden({"backend": ""}).backend is None
+    for name, value, message in (("rounds", "0", "is not an integer >= 1"), ("warmup", "-1", ">= 0"),
+                                 ("timeout", "soon", "seconds > 0"), ("options", "[1]", "not a JSON object")):
+        with pytest.raises(ValueError, match="^" + re.escape(f"doit variable {name}={value!r}")):
+            base.overridden({name: value})
+        with pytest.raises(ValueError, match=message):  # checked even when no case exists
+            run_variables({name: value}.get)
+
+
+def test_plans_round_trip_through_json_and_a_failure_is_its_own_state():
+    made = Plan(case="c", module="kernels.k", params=[{"name": "x"}], volatile=["a lock"])
+    assert plan.from_json(made.to_json()) == made and made.error is None
+    failed = FailedPlan("c", "kernels.k", "SpecError: bad", "default")
+    assert plan.from_json(failed.to_json()) == failed and failed.error == "SpecError: bad"
+
+
+def test_only_a_volatile_plan_gets_a_nonce_and_a_new_one_every_run():
+    assert Plan(case="c").for_this_run().nonce is None
+    volatile = Plan(case="c", volatile=["a lock"])
+    first, second = volatile.for_this_run().nonce, volatile.for_this_run().nonce
+    assert first is not None and second is not None and first != second
+
+
+def test_outputs_read_back_typed_with_one_skip_convention():
+    @dataclasses.dataclass
+    class Stored:  # what store.Entry holds: JSON meta and stats
+        meta: dict
+        stats: dict
+
+    verdict = ValidateMeta(outputs=[{"name": "out"}], max_abs=0.5)
+    assert ValidateMeta.of(Stored(verdict.to_json(), {})) == verdict
+    skipped = ValidateMeta(skipped="no golden")
+    assert ValidateMeta.of(Stored(skipped.to_json(), {})).skipped == "no golden"
+    assert Meta.of(Stored({"skipped": None}, {})).skipped is None
+    assert Stats(seconds=1.0).to_json() == {"seconds": 1.0}
+    assert Stats.of(Stored({}, {"seconds": 1.0, "kernel_us": {"median": 2.0}})).kernel_us == {"median": 2.0}
