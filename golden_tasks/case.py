@@ -5,7 +5,6 @@ table, computed where the case's module is imported.
 import dataclasses
 import glob
 import importlib
-import json
 import os
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from .data import describe
 from .errors import SpecError, StalePlan
 from .fingerprint import Fingerprinter, parts
 from .forms import KernelForm
-from .hashing import digest_file
+from .hashing import canonical_json, digest_file
 from .observe import listed
 from .plan import SOURCE_FIELDS, Plan
 from .specs import ScalarSpec, TensorSpec, signature_of
@@ -165,14 +164,11 @@ def live_case(plan: Plan) -> Case:
         if case.name == plan.case:
             resolved = case.resolved(module)
             current, _ = plan_of(resolved, plan.module)
-            changed = [k for k in SOURCE_FIELDS if _as_json(getattr(current, k)) != _as_json(getattr(plan, k))]
+            # compared as JSON text: the plan came back from JSON (tuples read back as lists)
+            changed = [k for k in SOURCE_FIELDS
+                       if canonical_json(getattr(current, k)) != canonical_json(getattr(plan, k))]
             if changed:
                 raise StalePlan(f"case {plan.case!r}: its source changed since the task graph was planned "
                                 f"({', '.join(changed)}); it is planned again on the next run: run doit again")
             return resolved
     raise SpecError(f"case {plan.case!r} is no longer defined in {module.__file__}")
-
-
-def _as_json(value):
-    """The value as it reads back from JSON (tuples become lists), as planned plans were."""
-    return json.loads(json.dumps(value))
