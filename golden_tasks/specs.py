@@ -62,6 +62,9 @@ def dtype_of(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
+STACKED = "stacked"  # TensorSpec.resident: the leading dim is the rank
+
+
 class _Stampable:
     _direction = None
 
@@ -95,11 +98,16 @@ class TensorSpec(_Stampable):
     torch.randn/rand/zeros/ones -> called with (shape, dtype=dtype);
     any other callable -> called with no arguments, result converted.
     Random data is never implicit; the pipeline seeds every call.
+
+    `resident` places it for a multi-rank kernel: None or False, every rank gets
+    the whole tensor; an int k, it lives on rank k only; "stacked", its leading
+    dim is the rank and rank r gets slice r. (True is refused as ambiguous.)
     """
     name: str
     shape: tuple
     dtype: torch.dtype
     init_value: object = None
+    resident: object = None
     kind = "tensor"
 
     def __post_init__(self):
@@ -121,6 +129,14 @@ class TensorSpec(_Stampable):
         if isinstance(init, torch.Tensor) and tuple(init.shape) != shape:
             raise SpecError(f"spec {self.name!r}: init_value tensor has shape {tuple(init.shape)}, "
                             f"spec shape is {shape}")
+        where = self.resident
+        if where is True or not (where is None or where is False or where == STACKED
+                                 or isinstance(where, int) and not isinstance(where, bool) and where >= 0):
+            raise SpecError(f"spec {self.name!r}: resident={where!r} is ambiguous or unknown (expected None, "
+                            f"a rank number >= 0, or {STACKED!r})")
+        if where == STACKED and not shape:
+            raise SpecError(f"spec {self.name!r}: resident={STACKED!r} needs a leading dim (one slice per rank)")
+        object.__setattr__(self, "resident", None if where is False else where)
 
     def make(self) -> torch.Tensor:
         """The initial tensor; callers seed torch's RNG first."""
@@ -205,10 +221,12 @@ def table_of(specs, tensor_meta) -> list:
 
 
 def signature_of(spec) -> dict:
-    """The spec's part of the ABI: name, kind, shape, dtype (and a scalar's value)."""
+    """The spec's part of the ABI: name, kind, shape, dtype (a scalar's value; a resident tensor's place)."""
     sig = {"name": spec.name, "kind": spec.kind, "shape": list(spec.shape), "dtype": dtype_name(spec.dtype)}
     if spec.kind == "scalar":
         sig["value"] = spec.value
+    elif spec.resident is not None:
+        sig["resident"] = spec.resident
     return sig
 
 

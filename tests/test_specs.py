@@ -69,3 +69,20 @@ def test_stamp_all_and_signature():
     x, k = stamp_all(specs, table)
     assert x.direction == "inout" and k.direction == "in"
     assert signature_of(specs[1]) == {"name": "k", "kind": "scalar", "shape": [], "dtype": "int32", "value": 3}
+
+
+@pytest.mark.parametrize("resident, match", [(True, "resident=True is ambiguous or unknown"),
+                                             (-1, "resident=-1 is ambiguous"), ("all", "resident='all'"),
+                                             (1.0, "resident=1.0")])
+def test_resident_is_a_rank_or_stacked_and_true_is_refused(resident, match):
+    with pytest.raises(SpecError, match=f"^spec 'x': {match}"):
+        TensorSpec("x", (2, 3), torch.float32, resident=resident)
+
+
+def test_resident_places_a_tensor_and_enters_its_signature():
+    assert TensorSpec("x", (2, 3), torch.float32, resident=False).resident is None
+    assert "resident" not in signature_of(TensorSpec("x", (2, 3), torch.float32))
+    assert signature_of(TensorSpec("x", (2, 3), torch.float32, resident="stacked"))["resident"] == "stacked"
+    assert signature_of(TensorSpec("x", (2, 3), torch.float32, resident=1))["resident"] == 1
+    with pytest.raises(SpecError, match="needs a leading dim"):
+        TensorSpec("x", (), torch.float32, resident="stacked")
