@@ -12,7 +12,7 @@ from .compare import Policy
 from .data import describe
 from .errors import SpecError, StalePlan
 from .fingerprint import Fingerprinter, parts
-from .forms import KernelForm
+from .forms import KernelForm, world_size
 from .hashing import canonical_json, digest_file
 from .observe import listed
 from .plan import SOURCE_FIELDS, Plan
@@ -49,6 +49,7 @@ class Case:
     warmup: int = 5
     rounds: int = 100
     timeout: float = 60.0  # seconds a kernel call may take before it counts as hung
+    ranks: int = None  # the world size of a multi-rank kernel (default: the kernel's own)
     inputs_from: str = None  # a directory with in/<name>.pt for every scalar, In and InOut (see data.py)
     golden_from: str = None  # a directory with out/<name>.pt for every Out and InOut
     file_deps: tuple = ()
@@ -73,6 +74,8 @@ class Case:
             raise SpecError(f"case {self.name!r}: duplicate spec names {', '.join(dupes)}")
         if self.warmup < 0 or self.rounds < 1:
             raise SpecError(f"case {self.name!r}: warmup must be >= 0 and rounds >= 1")
+        if self.ranks is not None:
+            world_size(self.ranks, f"case {self.name!r}")
         if not self.timeout > 0:
             raise SpecError(f"case {self.name!r}: timeout must be > 0 seconds, got {self.timeout!r}")
         for field in ("file_deps", "env_deps"):
@@ -138,6 +141,7 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         case=case.name, module=module, profile=profile, timeout=case.timeout,
         params=case.kernel.params(), signature=[signature_of(s) for s in case.specs], specs=specs, seed=case.seed,
         kernel=fp(case.kernel), backend=case.backend, options=case.options,
+        ranks=case.ranks or case.kernel.ranks,
         golden=fp(case.golden) if case.golden is not None else None,
         policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),
         bench={"warmup": case.warmup, "rounds": case.rounds}, **data, external=external,

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from .errors import CompileError, StageFailed
-from .forms import Artifact, KernelForm
+from .forms import Artifact, KernelForm, world_size
 from .hashing import digest_file
 from .specs import ScalarSpec, declared_params, dtype_name, dtype_of, table_of
 
@@ -112,8 +112,9 @@ def prerequisites(rule: str) -> list:
 class CppKernel(KernelForm):
     """A C++ or CUDA source exporting `symbol`, compiled with `flags` (see the module docstring)."""
 
-    def __init__(self, fn, source, symbol=None, flags=None, cuda=None):
+    def __init__(self, fn, source, symbol=None, flags=None, cuda=None, ranks=1):
         self.name = fn.__name__
+        self.ranks = world_size(ranks, f"kernel {self.name}")
         self.root = Path(inspect.getfile(fn)).resolve().parent
         self.source = self.root / source
         self.symbol = symbol or self.name
@@ -220,10 +221,11 @@ class CppKernel(KernelForm):
         return CppArtifact(table, {"kernel.so": workdir / "kernel.so", "call.json": workdir / "call.json"})
 
 
-def cpp(source, symbol=None, flags=None, cuda=None):
+def cpp(source, symbol=None, flags=None, cuda=None, ranks=1):
     """Declare a C++ (or, for `.cu` sources or cuda=True, CUDA) kernel on a typed stub:
-    `@cpp("cpp/k.cpp", flags=("-O2",))`. `flags` default to CXX_FLAGS or CUDA_FLAGS."""
-    return lambda fn: CppKernel(fn, source, symbol, flags, cuda)
+    `@cpp("cpp/k.cpp", flags=("-O2",))`. `flags` default to CXX_FLAGS or CUDA_FLAGS; `ranks` is
+    the world size of a multi-rank kernel."""
+    return lambda fn: CppKernel(fn, source, symbol, flags, cuda, ranks)
 
 
 class CppArtifact(Artifact):

@@ -8,13 +8,21 @@ programs) subclass KernelForm and register their Artifact type.
 import importlib
 from pathlib import Path
 
-from .errors import CompileError
+from .errors import CompileError, SpecError
+
+
+def world_size(value, owner: str) -> int:
+    """A checked world size (ranks): an int >= 1; anything else is a SpecError naming `owner`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{owner}: ranks={value!r} is not a world size (an int >= 1)")
+    return value
 
 
 class KernelForm:
     """Base class of kernel forms."""
 
     name: str
+    ranks: int = 1  # the world size it runs at unless a case or `ranks=N` says otherwise
 
     def params(self) -> list:
         """The declared parameter table: [{"name", "kind", "direction"}] in order; a row may

@@ -21,7 +21,7 @@ import torch
 
 from .errors import CompileError
 from .fingerprint import dumps_by_value
-from .forms import Artifact, KernelForm
+from .forms import Artifact, KernelForm, world_size
 from .specs import declared_params, dtype_name, table_of
 
 DEFAULT_BACKEND = "aoti"
@@ -29,9 +29,10 @@ AOTI_DEFAULTS = {"emulate_precision_casts": True}  # Inductor configs; a case's 
 
 
 class JitKernel(KernelForm):
-    def __init__(self, fn, backend=None, options=None):
+    def __init__(self, fn, backend=None, options=None, ranks=1):
         self.fn = fn
         self.name = fn.__name__
+        self.ranks = world_size(ranks, f"kernel {self.name}")
         self.backend = backend
         self.options = dict(options or {})
         self._params = declared_params(fn)
@@ -55,11 +56,12 @@ class JitKernel(KernelForm):
         return Artifact.registry[backend].build(self.fn, specs, merged, Path(workdir))
 
 
-def jit(fn=None, *, backend=None, options=None):
-    """Declare a kernel: `@jit` or `@jit(backend="eager", options={...inductor configs})`."""
+def jit(fn=None, *, backend=None, options=None, ranks=1):
+    """Declare a kernel: `@jit` or `@jit(backend="eager", options={...inductor configs}, ranks=2)`
+    (`ranks`: the world size of a multi-rank kernel; see TensorSpec.resident)."""
     if fn is None:
-        return lambda f: JitKernel(f, backend, options)
-    return JitKernel(fn, backend, options)
+        return lambda f: JitKernel(f, backend, options, ranks)
+    return JitKernel(fn, backend, options, ranks)
 
 
 def _args(specs, tensor_for):

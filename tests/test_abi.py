@@ -1,3 +1,7 @@
+import torch
+
+from golden_tasks import TensorSpec
+from golden_tasks.specs import signature_of
 from golden_tasks.stages.abi import problems
 
 
@@ -44,3 +48,14 @@ def test_declared_dtype_and_shape_are_checked_with_dynamic_dims():
     assert problems(kernel, sig(("x", "tensor", [5, 8], "bfloat16"))) == []
     assert problems(kernel, sig(("x", "tensor", [8], "bfloat16"))) == [
         "parameter 'x': kernel expects rank 2, spec has shape [8]"]
+
+
+def test_resident_specs_must_fit_the_world_size():
+    params = [{"name": "x", "kind": "tensor", "direction": "in"}, {"name": "w", "kind": "tensor", "direction": "in"},
+              {"name": "out", "kind": "tensor", "direction": "out"}]
+    specs = [TensorSpec("x", (3, 4), torch.float32, resident="stacked"),
+             TensorSpec("w", (4,), torch.float32, resident=2), TensorSpec("out", (4,), torch.float32)]
+    assert problems(params, [signature_of(s) for s in specs], ranks=2) == [
+        "spec 'x': resident='stacked' needs leading dim 2 (one slice per rank of world size 2), spec has shape [3, 4]",
+        "spec 'w': resident=2 names a rank outside world size 2"]
+    assert problems(params, [signature_of(s) for s in specs], ranks=3) == []

@@ -103,7 +103,7 @@ def test_a_stage_sees_only_the_plan_fields_its_key_covers(tmp_path, monkeypatch)
         return Outputs(meta=AbiMeta())
     monkeypatch.setattr(graph.importlib.import_module("golden_tasks.stages.abi"), "run", spy)
     graph.execute(graph.BY_NAME["abi"], dataclasses.replace(PLAN, timeout=1.0), Store(tmp_path))
-    assert set(seen) == {"case", "module", "profile", "timeout", "params", "signature", "nonce"}
+    assert set(seen) == {"case", "module", "profile", "timeout", "params", "signature", "ranks", "nonce"}
     assert seen["timeout"] == 1.0
 
 

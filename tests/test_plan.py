@@ -4,6 +4,7 @@ import dataclasses
 import re
 
 import pytest
+import torch
 
 from golden_tasks import graph, plan
 from golden_tasks.library import run_variables
@@ -16,9 +17,9 @@ def test_every_field_list_derives_from_the_declarations():
                                   "data_out", "external")
     assert plan.EVERY_STAGE == ("case", "module", "profile", "timeout")
     assert set(plan.REPLAY_MEANING) == set(plan.SOURCE_FIELDS)
-    assert plan.VARIABLES == ("timeout", "backend", "options", "warmup", "rounds")
-    assert graph.BY_NAME["abi"].plan_fields == ("params", "signature", "nonce")
-    assert graph.BY_NAME["dispatch"].plan_fields == ("external", "nonce")
+    assert plan.VARIABLES == ("timeout", "backend", "ranks", "options", "warmup", "rounds")
+    assert graph.BY_NAME["abi"].plan_fields == ("params", "signature", "ranks", "nonce")
+    assert graph.BY_NAME["dispatch"].plan_fields == ("ranks", "external", "nonce")
     for stage in graph.STAGES:
         assert "nonce" in stage.plan_fields and ("external" in stage.plan_fields) == (stage.name != "abi")
 
@@ -73,3 +74,24 @@ def test_outputs_read_back_typed_with_one_skip_convention():
     assert Meta.of(Stored({"skipped": None}, {})).skipped is None
     assert Stats(seconds=1.0).to_json() == {"seconds": 1.0}
     assert Stats.of(Stored({}, {"seconds": 1.0, "kernel_us": {"median": 2.0}})).kernel_us == {"median": 2.0}
+
+
+def test_the_world_size_is_the_kernels_unless_a_case_or_ranks_says_otherwise():
+    from golden_tasks import Case, In, Out, SpecError, TensorSpec, jit
+    from golden_tasks.case import plan_of
+
+    @jit(backend="eager", ranks=2)
+    def k(x: In, out: Out):
+        out.copy_(x)
+
+    specs = [TensorSpec("x", (2,), torch.float32), TensorSpec("out", (2,), torch.float32)]
+    assert plan_of(Case("c", specs=specs, kernel=k).resolved())[0].ranks == 2
+    made = plan_of(Case("c", specs=specs, kernel=k, ranks=4).resolved())[0]
+    assert made.ranks == 4 and made.overridden({"ranks": "3"}).ranks == 3
+    assert "ranks" in graph.BY_NAME["abi"].plan_fields and "ranks" in graph.BY_NAME["dispatch"].plan_fields
+    with pytest.raises(ValueError, match=r"^doit variable ranks='0' is not a world size"):
+        made.overridden({"ranks": "0"})
+    with pytest.raises(SpecError, match=r"^case 'c': ranks=0 is not a world size"):
+        Case("c", specs=specs, kernel=k, ranks=0).resolved()
+    with pytest.raises(SpecError, match=r"^kernel k: ranks=True is not a world size"):
+        jit(k.fn, ranks=True)

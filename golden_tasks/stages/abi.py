@@ -6,10 +6,11 @@ scalars must be In. Every mismatch is collected into one message, before any
 tensor is allocated. The output is the table stamped with directions.
 """
 from ..outputs import AbiMeta
+from ..specs import STACKED
 from . import Outputs, StageFailed
 
 
-def problems(params: list, signature: list) -> list:
+def problems(params: list, signature: list, ranks: int = 1) -> list:
     declared = [p["name"] for p in params]
     given = [s["name"] for s in signature]
     found = []
@@ -38,11 +39,25 @@ def problems(params: list, signature: list) -> list:
                 found.append(f"{where}: kernel expects rank {len(shape)}, spec has shape {s['shape']}")
             elif any(d is not None and d != g for d, g in zip(shape, s["shape"])):
                 found.append(f"{where}: kernel expects shape {shape}, spec has {s['shape']}")
+    return found + placement_problems(signature, ranks)
+
+
+def placement_problems(signature: list, ranks: int) -> list:
+    """Resident specs that do not fit the world size: a stacked one needs one leading slice per
+    rank, a rank-resident one a rank that exists."""
+    found = []
+    for s in signature:
+        where = s.get("resident")
+        if where == STACKED and s["shape"][0] != ranks:
+            found.append(f"spec {s['name']!r}: resident={STACKED!r} needs leading dim {ranks} (one slice per "
+                         f"rank of world size {ranks}), spec has shape {s['shape']}")
+        elif isinstance(where, int) and where >= ranks:
+            found.append(f"spec {s['name']!r}: resident={where} names a rank outside world size {ranks}")
     return found
 
 
 def run(case, plan, workdir):
-    found = problems(plan.params, plan.signature)
+    found = problems(plan.params, plan.signature, plan.ranks)
     if found:
         raise StageFailed(f"ABI mismatch for {plan.case}:\n  " + "\n  ".join(found))
     directions = {p["name"]: p["direction"] for p in plan.params}
