@@ -4,7 +4,7 @@ Runs after validate: rounds mutate Out/InOut buffers in place.
 """
 from .. import isolate
 from ..outputs import Meta, Stats
-from . import Outputs, back_to_host, check_inputs_untouched, kernel_args, load_checked, measure, on_device
+from . import Outputs, StageFailed, back_to_host, check_inputs_untouched, kernel_args, load_checked, measure, on_device
 
 
 def measure_kernel(artifact, args: list, bench: dict) -> dict:
@@ -17,6 +17,8 @@ def measure_kernel(artifact, args: list, bench: dict) -> dict:
 
 
 def run(case, plan, workdir, abi, compile, inputs):
+    if plan.ranks > 1:  # never run a multi-rank kernel as one process: that could pass wrongly
+        raise StageFailed(f"{plan.case}: multi-rank dispatch (ranks={plan.ranks}) is not available yet")
     artifact = load_checked(compile, abi)
     if reason := artifact.unavailable():
         return Outputs(meta=Meta(skipped=reason))
