@@ -32,7 +32,7 @@ class KernelForm:
     def compile(self, specs: list, options: dict, workdir: Path) -> "Artifact":
         """Build an artifact specialised to `specs` (stamped) in `workdir`. `options` is the
         case's options dict as is (command-line overrides merged), plus "backend": the chosen
-        backend or None."""
+        backend or None, and "ranks": the world size it runs at."""
         raise NotImplementedError
 
 

@@ -11,12 +11,15 @@ two guard regions filled with a canary; a kernel that writes past either end
 without crashing clobbers one, and the call fails naming the tensor and side.
 """
 import contextlib
+import dataclasses
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.forkserver
 import os
 import signal
 import sys
 import threading
+import time
 import traceback
 
 import torch
@@ -118,37 +121,96 @@ def _main_not_reimported():
         main.__dict__.update(saved)
 
 
+@dataclasses.dataclass
+class Outcome:
+    """How an isolated call ended: "returned" (value: its result), "raised" (value: the
+    VerificationFailure, or the traceback text), "crashed" (value: how its process died) or "hung"
+    (value: the seconds it was given)."""
+    kind: str
+    value: object = None
+
+    def result(self, what: str):
+        """The returned value, or StageFailed (a VerificationFailure as is) naming `what`."""
+        if self.kind == "returned":
+            return self.value
+        if isinstance(self.value, VerificationFailure):
+            raise self.value
+        if self.kind == "raised":
+            raise StageFailed(f"{what} raised:\n{self.value}")
+        if self.kind == "crashed":
+            raise StageFailed(f"{what} crashed: {self.value}")
+        raise StageFailed(f"{what} hung: no result after {self.value:g} s (the case's timeout); "
+                          "its process and every process it started were killed")
+
+
+class _Call:
+    """target(*args) running in a child process; its answer arrives on `connection`."""
+
+    def __init__(self, target, args: tuple):
+        ctx = _context()
+        self.connection, send = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_child, args=(target, args, send, dict(os.environ), os.getcwd()),
+                                   daemon=True)
+        _start(self.process)
+        send.close()
+        self.forkserver = reaper.parent_of(self.process.pid)
+
+    def receive(self) -> Outcome:
+        try:
+            ok, value = self.connection.recv()
+        except EOFError:  # the child died before answering
+            self.process.join()
+            return Outcome("crashed", _death(self.process.exitcode))
+        return Outcome("returned" if ok else "raised", value)
+
+    def kill(self) -> None:
+        reaper.kill_descendants(self.process.pid)
+        self.process.kill()
+
+    def close(self) -> None:
+        self.connection.close()
+        self.process.join()
+        with _live_lock:
+            _live.discard(self.process.pid)
+            _live_lock.notify_all()
+        if self.forkserver:
+            _sweep(self.forkserver)
+
+
+def call_all(jobs: list, timeout: float, grace: float = 1.0, failed=lambda outcome: outcome.kind != "returned") -> list:
+    """Run each (target, args) of `jobs` in its own child, all at once; their Outcomes in order.
+    A call with no answer after `timeout` seconds, or `grace` seconds after another call `failed`
+    (its peers in a collective may wait for it forever), is killed with its tree and "hung"."""
+    calls, outcomes = [], [None] * len(jobs)
+    try:
+        for target, args in jobs:
+            calls.append(_Call(target, args))
+        deadline = time.monotonic() + timeout
+        pending = {c.connection: i for i, c in enumerate(calls)}
+        while pending:
+            ready = multiprocessing.connection.wait(list(pending), max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            for connection in ready:
+                i = pending.pop(connection)
+                outcomes[i] = calls[i].receive()
+                if failed(outcomes[i]):
+                    deadline = min(deadline, time.monotonic() + grace)
+        for i in pending.values():
+            calls[i].kill()
+            outcomes[i] = Outcome("hung", timeout)
+    finally:
+        for c, outcome in zip(calls, outcomes):
+            if outcome is None:  # interrupted: nothing it started may outlive it
+                c.kill()
+            c.close()
+    return outcomes
+
+
 def call(target, args: tuple, timeout: float, what: str):
     """target(*args) in a child process; its return value, or StageFailed on a crash,
     a hang past `timeout` seconds, or an exception (named `what` in the message)."""
-    ctx = _context()
-    receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(target, args, send, dict(os.environ), os.getcwd()), daemon=True)
-    _start(child)
-    send.close()
-    forkserver = reaper.parent_of(child.pid)
-    try:
-        if not receive.poll(timeout):
-            reaper.kill_descendants(child.pid)
-            child.kill()
-            raise StageFailed(f"{what} hung: no result after {timeout:g} s (the case's timeout); "
-                              "its process and every process it started were killed")
-        try:
-            ok, value = receive.recv()
-        except EOFError:  # the child died before answering
-            child.join()
-            raise StageFailed(f"{what} crashed: {_death(child.exitcode)}") from None
-    finally:
-        receive.close()
-        child.join()
-        with _live_lock:
-            _live.discard(child.pid)
-            _live_lock.notify_all()
-        if forkserver:
-            _sweep(forkserver)
-    if not ok:
-        raise value if isinstance(value, VerificationFailure) else StageFailed(f"{what} raised:\n{value}")
-    return value
+    return call_all([(target, args)], timeout)[0].result(what)
 
 
 def _death(exitcode: int) -> str:

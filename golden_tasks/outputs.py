@@ -36,6 +36,7 @@ class Meta:
 @dataclasses.dataclass(frozen=True)
 class AbiMeta(Meta):
     table: list = dataclasses.field(default_factory=list)  # one row per parameter: name, kind, direction, ...
+    placement: dict = dataclasses.field(default_factory=dict)  # name -> TensorSpec.resident, where one is set
 
 
 @dataclasses.dataclass(frozen=True)

@@ -230,6 +230,21 @@ def signature_of(spec) -> dict:
     return sig
 
 
+def view_shape(shape, resident) -> list:
+    """The shape one rank of a multi-rank kernel receives of a tensor of `shape` placed by
+    `resident`: a stacked tensor's slice (its leading dim is the rank); anything else whole."""
+    return list(shape[1:] if resident == STACKED else shape)
+
+
+def rank_view(spec):
+    """The spec of what each rank's kernel receives (a stacked tensor's slice, unplaced): the
+    kernel is compiled for these. Its initial content stays with the whole spec."""
+    if spec.kind != "tensor" or spec.resident is None:
+        return spec
+    view = dataclasses.replace(spec, shape=view_shape(spec.shape, spec.resident), init_value=None, resident=None)
+    return view if spec._direction is None else view.stamped(spec._direction)
+
+
 def stamp_all(specs, table) -> list:
     """Stamp each spec with the direction of the same-named row of an ABI-checked table."""
     directions = {row["name"]: row["direction"] for row in table}

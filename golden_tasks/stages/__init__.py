@@ -13,24 +13,6 @@ from ..errors import StageFailed  # the stages' failure type, for their callers
 from ..outputs import Outputs  # what they return
 
 
-def kernel_args(table: list, inputs: Outputs) -> list:
-    """Fresh positional arguments in table order: clones of In/InOut tensors,
-    zeros for pure Outs (their init_value reaches only the golden), scalar values."""
-    import torch  # noqa: PLC0415
-
-    from ..specs import dtype_of  # noqa: PLC0415
-
-    args = []
-    for row in table:
-        if row["kind"] == "scalar":
-            args.append(inputs.meta.scalars[row["name"]])
-        elif row["direction"] == "out":
-            args.append(torch.zeros(row["shape"], dtype=dtype_of(row["dtype"])))
-        else:
-            args.append(inputs.tensors[row["name"]].clone())
-    return args
-
-
 def same_bits(a, b) -> bool:
     """Bitwise equality of two tensors of one dtype and shape (a NaN equals itself)."""
     import torch  # noqa: PLC0415
@@ -38,26 +20,32 @@ def same_bits(a, b) -> bool:
     return a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
 
 
-def check_inputs_untouched(table: list, args: list, inputs: Outputs, what: str) -> None:
-    """Raise StageFailed naming every In tensor in `args` that no longer holds its input: the kernel
-    wrote a parameter it may only read (through a view, a raw pointer, ...)."""
-    written = [row["name"] for row, arg in zip(table, args) if row["kind"] == "tensor" and row["direction"] == "in"
-               and not same_bits(arg, inputs.tensors[row["name"]])]
-    if written:
-        raise StageFailed(f"{what} wrote its In parameter {', '.join(map(repr, written))}: inputs are read-only")
-
-
-def measure(call, warmup: int, rounds: int) -> dict:
-    """min / median / mean / max wall time of `call` in microseconds, with rounds and warmup."""
+def time_rounds(call, warmup: int, rounds: int, sync=None) -> list:
+    """The wall time of each of `rounds` calls of `call` in microseconds, after `warmup` untimed
+    ones; `sync()` (a barrier across ranks) before and after every call, outside its time."""
     for _ in range(warmup):
         call()
     times = []
     for _ in range(rounds):
+        if sync:
+            sync()
         start = time.perf_counter()
         call()
         times.append((time.perf_counter() - start) * 1e6)
+        if sync:
+            sync()
+    return times
+
+
+def summary(times: list, warmup: int) -> dict:
+    """min / median / mean / max of round times, with rounds and warmup."""
     return {"min": min(times), "median": statistics.median(times), "mean": statistics.fmean(times),
-            "max": max(times), "rounds": rounds, "warmup": warmup}
+            "max": max(times), "rounds": len(times), "warmup": warmup}
+
+
+def measure(call, warmup: int, rounds: int) -> dict:
+    """The summary of timing `call` (time_rounds)."""
+    return summary(time_rounds(call, warmup, rounds), warmup)
 
 
 def spec_seed(seed: int, name: str) -> int:

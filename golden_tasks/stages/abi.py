@@ -3,10 +3,12 @@
 Names (both set differences), order (compared, never repaired by name), kind,
 and, where the table declares them, dtype and shape (None is a dynamic dim);
 scalars must be In. Every mismatch is collected into one message, before any
-tensor is allocated. The output is the table stamped with directions.
+tensor is allocated. The output is the table stamped with directions: what the
+kernel takes (on each rank, for a multi-rank kernel: a stacked tensor's slice),
+and the placement of resident tensors across ranks.
 """
 from ..outputs import AbiMeta
-from ..specs import STACKED
+from ..specs import STACKED, view_shape
 from . import Outputs, StageFailed
 
 
@@ -33,12 +35,13 @@ def problems(params: list, signature: list, ranks: int = 1) -> list:
             found.append(f"{where}: a scalar must be In, kernel declares {p['direction']}")
         if p.get("dtype") is not None and p["dtype"] != s["dtype"]:
             found.append(f"{where}: kernel expects dtype {p['dtype']}, spec has {s['dtype']}")
-        shape = p.get("shape")
+        shape, view = p.get("shape"), view_shape(s["shape"], s.get("resident"))
+        seen = f"spec has shape {s['shape']}" + (f", whose slice per rank is {view}" if view != s["shape"] else "")
         if shape is not None:
-            if len(shape) != len(s["shape"]):
-                found.append(f"{where}: kernel expects rank {len(shape)}, spec has shape {s['shape']}")
-            elif any(d is not None and d != g for d, g in zip(shape, s["shape"])):
-                found.append(f"{where}: kernel expects shape {shape}, spec has {s['shape']}")
+            if len(shape) != len(view):
+                found.append(f"{where}: kernel expects rank {len(shape)}, {seen}")
+            elif any(d is not None and d != g for d, g in zip(shape, view)):
+                found.append(f"{where}: kernel expects shape {shape}, {seen}")
     return found + placement_problems(signature, ranks)
 
 
@@ -62,5 +65,6 @@ def run(case, plan, workdir):
         raise StageFailed(f"ABI mismatch for {plan.case}:\n  " + "\n  ".join(found))
     directions = {p["name"]: p["direction"] for p in plan.params}
     table = [{"name": s["name"], "kind": s["kind"], "direction": directions[s["name"]],
-              "shape": s["shape"], "dtype": s["dtype"]} for s in plan.signature]
-    return Outputs(meta=AbiMeta(table=table))
+              "shape": view_shape(s["shape"], s.get("resident")), "dtype": s["dtype"]} for s in plan.signature]
+    placement = {s["name"]: s["resident"] for s in plan.signature if s.get("resident") is not None}
+    return Outputs(meta=AbiMeta(table=table, placement=placement))

@@ -1,32 +1,63 @@
-"""Bench: warmup then timed rounds of the kernel on the cached inputs, in a child process.
+"""Bench: warmup then timed rounds of the kernel on the cached inputs, in a child process per rank.
 
-Runs after validate: rounds mutate Out/InOut buffers in place.
+Runs after validate: rounds mutate Out/InOut buffers in place. A multi-rank
+kernel's rounds are bracketed by barriers; each rank times its own call, a
+round takes as long as its slowest rank (the critical path), and a rank that is
+the slowest round after round is reported as a load imbalance.
 """
-from .. import isolate
+import functools
+
+from .. import ranks
 from ..outputs import Meta, Stats
-from . import Outputs, StageFailed, back_to_host, check_inputs_untouched, kernel_args, load_checked, measure, on_device
+from . import Outputs, load_checked, summary, time_rounds
+
+# A rank is persistently slower when it is the slowest in this share of the rounds and its median
+# exceeds the fastest rank's by this factor (noise alone rarely does both).
+IMBALANCE_SHARE, IMBALANCE_RATIO = 0.75, 1.10
 
 
-def measure_kernel(artifact, args: list, bench: dict) -> dict:
-    """Runs in the child: load the artifact there and time it, its arguments already on its device
-    (a CUDA launcher returns when its kernels are done); then what the rounds left goes back to `args`."""
-    kernel, moved = artifact.load(), on_device(artifact, args)
-    stats = measure(lambda: kernel(*moved), **bench)
-    back_to_host(args, moved)
+def time_kernel(kernel, args: list, rank, warmup: int, rounds: int) -> list:
+    """Runs in each rank: the kernel's time in each round, in microseconds."""
+    return time_rounds(lambda: kernel(*args), warmup, rounds, rank.sync if rank.world > 1 else None)
+
+
+def rank_stats(per_rank: list, warmup: int, placed: list) -> dict:
+    """The timing of the rounds (the slowest rank's time in each) and, for several ranks, each
+    rank's own timing, how many rounds it was the slowest in and the tensors it placed, and a
+    load imbalance (or None)."""
+    rounds = [max(times) for times in zip(*per_rank)]
+    stats = summary(rounds, warmup)
+    if len(per_rank) == 1:
+        return stats
+    slowest = [max(range(len(per_rank)), key=lambda r: times[r]) for times in zip(*per_rank)]
+    stats["ranks"] = [{**summary(times, warmup), "slowest_rounds": slowest.count(r), "placed": placed[r]}
+                      for r, times in enumerate(per_rank)]
+    stats["imbalance"] = imbalance(stats["ranks"])
     return stats
 
 
+def imbalance(ranks_stats: list) -> str:
+    """Why the ranks look imbalanced (one is persistently the slowest), or None."""
+    medians = [r["median"] for r in ranks_stats]
+    worst = max(range(len(ranks_stats)), key=lambda r: ranks_stats[r]["slowest_rounds"])
+    share = ranks_stats[worst]["slowest_rounds"] / ranks_stats[worst]["rounds"]
+    ratio = medians[worst] / max(min(medians), 1e-9)
+    if share >= IMBALANCE_SHARE and ratio >= IMBALANCE_RATIO:
+        return (f"rank {worst} was the slowest in {share:.0%} of the rounds; "
+                f"its median is {ratio:.2f}x the fastest rank's")
+    return None
+
+
 def run(case, plan, workdir, abi, compile, inputs):
-    if plan.ranks > 1:  # never run a multi-rank kernel as one process: that could pass wrongly
-        raise StageFailed(f"{plan.case}: multi-rank dispatch (ranks={plan.ranks}) is not available yet")
     artifact = load_checked(compile, abi)
-    if reason := artifact.unavailable():
+    if reason := artifact.unavailable() or ranks.unavailable(artifact, plan.ranks):
         return Outputs(meta=Meta(skipped=reason))
-    args = kernel_args(abi.meta.table, inputs)
+    placement = ranks.Placement(abi.meta.table, abi.meta.placement, inputs, plan.ranks)
     calls = plan.bench["warmup"] + plan.bench["rounds"]
     # each call may take up to the case's timeout, plus one for loading
-    stats = isolate.call(measure_kernel, (artifact, args, plan.bench), plan.timeout * (calls + 1),
-                         f"the benchmark of {plan.case}")
+    results = ranks.run(functools.partial(time_kernel, **plan.bench), artifact, placement, plan.timeout, calls + 1,
+                        f"the benchmark of {plan.case}")
     # once, after every round: a write to an input in any round persists (unless the kernel undoes it)
-    check_inputs_untouched(abi.meta.table, args, inputs, f"the kernel of {plan.case} (in its benchmark)")
+    placement.check_inputs_untouched(inputs, f"the kernel of {plan.case} (in its benchmark)")
+    stats = rank_stats([r.value for r in results], plan.bench["warmup"], [r.placed for r in results])
     return Outputs(stats=Stats(kernel_us=stats))

@@ -1,13 +1,15 @@
-"""Compile: the kernel form builds its artifact for the stamped specs."""
+"""Compile: the kernel form builds its artifact for the stamped specs (a multi-rank kernel: for
+what each rank receives, specs.rank_view)."""
 from ..errors import CompileError
 from ..outputs import CompileMeta
+from ..specs import rank_view
 from . import Outputs, StageFailed, stamped_specs
 
 
 def run(case, plan, workdir, abi):
-    options = {**plan.options, "backend": plan.backend}
+    options = {**plan.options, "backend": plan.backend, "ranks": plan.ranks}
     try:
-        artifact = case.kernel.compile(stamped_specs(case, abi), options, workdir)
+        artifact = case.kernel.compile([rank_view(s) for s in stamped_specs(case, abi)], options, workdir)
     except CompileError as exc:
         raise StageFailed(f"compile failed for {plan.case}: {exc}") from exc
     return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend,
