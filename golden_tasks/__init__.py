@@ -9,7 +9,7 @@ import types
 
 _EXPORTS = {
     "In": "specs", "Out": "specs", "InOut": "specs", "Scalar": "specs",
-    "TensorSpec": "specs", "ScalarSpec": "specs", "SpecError": "errors",
+    "TensorSpec": "specs", "ScalarSpec": "specs", "STACKED": "specs", "SpecError": "errors",
     "jit": "jit", "JitKernel": "jit", "cpp": "cpp", "CppKernel": "cpp",
     "KernelForm": "forms", "Artifact": "forms", "CompileError": "errors",
     "Case": "case",

@@ -5,9 +5,11 @@ table, computed where the case's module is imported.
 import dataclasses
 import glob
 import importlib
+import inspect
 import os
 from pathlib import Path
 
+from . import config
 from .compare import Policy
 from .data import describe
 from .errors import SpecError, StalePlan
@@ -23,8 +25,11 @@ from .specs import ScalarSpec, TensorSpec, signature_of
 class Case:
     """One verification case.
 
-    `specs` is a list or a zero-argument callable returning one (a callable
-    keeps a bad spec from breaking the module's other cases). `kernel` and
+    `specs` is a list or a callable returning one (a callable keeps a bad spec
+    from breaking the module's other cases); a callable with a `ranks`
+    parameter is called with the world size, so that a multi-rank case's
+    stacked specs follow it. `ranks` is the world size of a multi-rank kernel
+    (default: the kernel's); `doit ... ranks=N` sets it for every multi-rank case. `kernel` and
     `golden` default to the module's `<module>` and `golden_<module>`.
     `compare` maps an output name to a comparator `(name, actual, expected,
     policy, outputs) -> Comparison` (see compare.py). `inputs_from` / `golden_from` take the inputs /
@@ -67,15 +72,18 @@ class Case:
         if not any(p["direction"] in ("out", "inout") for p in kernel.params()):
             raise SpecError(f"case {self.name!r}: kernel {kernel.name} has no Out or InOut parameter, "
                             "so there is nothing to verify")
-        specs = self._specs()
+        if self.ranks is not None:
+            world_size(self.ranks, f"case {self.name!r}")
+        ranks = self.ranks or kernel.ranks
+        if ranks > 1 and config.ranks():
+            ranks = config.ranks()
+        specs = self._specs(ranks)
         names = [s.name for s in specs]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise SpecError(f"case {self.name!r}: duplicate spec names {', '.join(dupes)}")
         if self.warmup < 0 or self.rounds < 1:
             raise SpecError(f"case {self.name!r}: warmup must be >= 0 and rounds >= 1")
-        if self.ranks is not None:
-            world_size(self.ranks, f"case {self.name!r}")
         if not self.timeout > 0:
             raise SpecError(f"case {self.name!r}: timeout must be > 0 seconds, got {self.timeout!r}")
         for field in ("file_deps", "env_deps"):
@@ -83,7 +91,8 @@ class Case:
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):
                 raise SpecError(f"case {self.name!r}: {field} must be a list of strings, got {value!r}")
         root = self.root or (Path(module.__file__).parent if module else Path.cwd())
-        return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, root=Path(root).resolve(),
+        return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, ranks=ranks,
+                                   root=Path(root).resolve(),
                                    compare=dict(self.compare or {}), options=dict(self.options or {}),
                                    file_deps=tuple(self.file_deps), env_deps=tuple(self.env_deps))
 
@@ -91,10 +100,16 @@ class Case:
         """How its outputs are validated (the validate stage's view of a case)."""
         return Policy(self.rtol, self.atol, self.ignore_nan, self.compare)
 
-    def _specs(self) -> list:
-        """The spec list, from `specs` or by calling it; anything else is a SpecError naming the case."""
+    def _specs(self, ranks: int) -> list:
+        """The spec list, from `specs` or by calling it (with `ranks` if it takes them); anything
+        else is a SpecError naming the case."""
         try:
-            specs = self.specs() if callable(self.specs) else self.specs
+            if not callable(self.specs):
+                specs = self.specs
+            elif "ranks" in inspect.signature(self.specs).parameters:
+                specs = self.specs(ranks=ranks)
+            else:
+                specs = self.specs()
         except SpecError as exc:
             raise SpecError(f"case {self.name!r}: {exc}") from None
         if not isinstance(specs, (list, tuple)) or not all(isinstance(s, (TensorSpec, ScalarSpec)) for s in specs):
@@ -141,7 +156,7 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         case=case.name, module=module, profile=profile, timeout=case.timeout,
         params=case.kernel.params(), signature=[signature_of(s) for s in case.specs], specs=specs, seed=case.seed,
         kernel=fp(case.kernel), backend=case.backend, options=case.options,
-        ranks=case.ranks or case.kernel.ranks,
+        ranks=case.ranks,
         golden=fp(case.golden) if case.golden is not None else None,
         policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),
         bench={"warmup": case.warmup, "rounds": case.rounds}, **data, external=external,

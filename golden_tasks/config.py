@@ -16,6 +16,7 @@ THREADS_ENV = "GOLDEN_TASKS_THREADS"
 WORKERS_ENV = "GOLDEN_TASKS_WORKERS"
 PROFILE_ENV = "GOLDEN_TASKS_PROFILE"
 DEFAULT_PROFILE = "default"
+RANKS_ENV = "GOLDEN_TASKS_RANKS"
 
 
 def cache_root(project: Path = None) -> Path:
@@ -34,6 +35,23 @@ def profile() -> str:
     if not re.fullmatch(r"\w[\w.-]*", name):
         raise ValueError(f"profile {name!r} is not a name (letters, digits, _ . -)")
     return name
+
+
+def ranks() -> int:
+    """The world size every multi-rank case runs at in this run: $GOLDEN_TASKS_RANKS (set by
+    `doit ... ranks=N`), else None (each case's own). Kernels with one rank are not affected."""
+    text = os.environ.get(RANKS_ENV)
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"ranks={text!r} is not a world size (an integer >= 1)")
+    return int(text)
+
+
+def planning_context() -> str:
+    """The name of what plans depend on besides sources: the profile, and a world size if one is
+    set (a case's specs may follow it)."""
+    return profile() + (f".ranks{ranks()}" if ranks() else "")
 
 
 def readonly() -> bool:

@@ -41,9 +41,9 @@ def _environment() -> dict:
 
 
 def _manifest_path(root: Path, stem: str) -> str:
-    # Per checkout: two checkouts sharing a cache may hold different sources. Per profile: the
-    # same sources plan other shapes under another profile, and switching back re-plans nothing.
-    return f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}/{config.profile()}/{stem}.json"
+    # Per checkout: two checkouts sharing a cache may hold different sources. Per profile (and
+    # world size): the same sources plan other shapes under another, and switching back re-plans nothing.
+    return f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}/{config.planning_context()}/{stem}.json"
 
 
 def _fresh(manifest: dict, memo: dict) -> bool:

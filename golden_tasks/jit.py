@@ -47,11 +47,12 @@ class JitKernel(KernelForm):
         return [dict(row) for row in self._params]
 
     def compile(self, specs, options, workdir):
-        backend = options.get("backend") or self.backend or (DEFAULT_BACKEND if options["ranks"] == 1 else "eager")
+        ranks = options.get("ranks", self.ranks)
+        backend = options.get("backend") or self.backend or (DEFAULT_BACKEND if ranks == 1 else "eager")
         if backend not in Artifact.registry or not hasattr(Artifact.registry[backend], "build"):
             raise CompileError(f"kernel {self.name}: unknown backend {backend!r} "
                                f"(known: {', '.join(sorted(Artifact.registry))})")
-        if options["ranks"] == 1:  # a multi-rank body's collectives need its group: dispatch checks In tensors
+        if ranks == 1:  # a multi-rank body's collectives need its group: dispatch checks In tensors
             _check_writes(self.fn, self.name, specs)
         merged = {**self.options, **{k: v for k, v in options.items() if k not in ("backend", "ranks")}}
         return Artifact.registry[backend].build(self.fn, specs, merged, Path(workdir))

@@ -16,19 +16,27 @@ from .plan import VARIABLES, FailedPlan, Plan
 def run_variables(get: Callable) -> dict:
     """The run's variables that override plan fields (name -> text), each checked: a bad value
     is a ValueError naming it, whether or not any case exists. `get(name, default)` reads one;
-    `profile=NAME` is exported to the environment (see apply_profile)."""
-    apply_profile(get)
+    `profile=NAME` and `ranks=N` are exported to the environment (see apply_context)."""
+    apply_context(get)
     values = {name: value for name in VARIABLES if (value := get(name, None)) is not None}
     Plan().overridden(values)
     return values
 
 
-def apply_profile(get: Callable) -> None:
-    """Variable profile=NAME: export it as $GOLDEN_TASKS_PROFILE (over any set before), for the
-    planning subprocess and the stages, in this process and the workers it forks; absent, the
-    environment is left as it is."""
-    if name := get("profile", None):
-        os.environ[config.PROFILE_ENV] = name
+# Variables that planning itself depends on (a case's specs may follow them), by their variable.
+CONTEXT = {"profile": config.PROFILE_ENV, "ranks": config.RANKS_ENV}
+
+
+def apply_context(get: Callable) -> None:
+    """Variables profile=NAME and ranks=N: export each as its environment variable (over any set
+    before), for the planning subprocess and the stages, in this process and the workers it
+    forks; absent, the environment is left as it is."""
+    ranks = get("ranks", None)
+    if ranks is not None and not (ranks.isdigit() and int(ranks) >= 1):
+        raise ValueError(f"doit variable ranks={ranks!r} is not a world size (an integer >= 1)")
+    for name, env in CONTEXT.items():
+        if (value := get(name, None)) is not None:
+            os.environ[env] = value
 
 
 def planned_library(root: Path, store, values: dict) -> dict:

@@ -72,13 +72,6 @@ def _bench(values: dict, old: dict) -> dict:
     return new
 
 
-def _ranks(values: dict, old: int) -> int:
-    text = values["ranks"]
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"doit variable ranks={text!r} is not a world size (an integer >= 1)")
-    return int(text)
-
-
 def _timeout(values: dict, old: float) -> float:
     text = values["timeout"]
     try:
@@ -108,9 +101,10 @@ class Plan:
     kernel: str = _field("case", ("compile",),
                          replay="the saved artifact is not your current kernel; `doit verify:{case}` rebuilds it")
     backend: str = _field("run", ("compile",), variable=Variable(("backend",), _backend))
-    # the world size: one process per rank; the ABI checks resident specs against it
-    ranks: int = _field("run", ("abi", "compile", "dispatch", "bench"), variable=Variable(("ranks",), _ranks),
-                        default=1)
+    # the world size: one process per rank; the ABI checks resident specs against it (`ranks=N` is
+    # planning context, as the profile is: a case's specs may follow it, see Case)
+    ranks: int = _field("case", ("abi", "compile", "dispatch", "bench"), default=1,
+                        replay="the world size changed; the saved artifact and placement are for the old one")
     options: dict = _field("run", ("compile",), variable=Variable(("options",), _options), default={})
     golden: str = _field("case", ("golden",), replay="the saved golden may no longer be the intended reference")
     policy: str = _field("case", ("validate",),

@@ -10,6 +10,9 @@ o_packed[g, t, hh*D + d] = o[t, g*H/G + hh, d], rows t >= T undefined.
   ratio-128 compressor (state and compressed cache are InOut), then attends
   over the window plus every visible compressed row:
   n = min((pos+1)//R, kv_seq_len//R, cap).
+- decode_hca_tp: decode_hca on W ranks, its heads split across them
+  (tensor parallel) and the output all-gathered; checked against
+  decode_hca's golden.
 - decode_csa: the same with the overlapping ratio-4 compressor, then the int8
   indexer picks the top-k visible compressed rows (slot kept iff
   0 <= slot < (pos+1)//4), then attends over the window plus those rows.
@@ -22,6 +25,7 @@ freqs_sin, o_packed. Inputs, layouts and tolerances: docs/cases/.
 import functools
 
 import torch
+import torch.distributed as dist
 
 from golden_tasks import Case, In, InOut, Out, jit
 from kernels._dsv4 import DIMS, ROUNDINGS_KEPT, scenario, spec, step_specs
@@ -71,21 +75,50 @@ def decode_swa(q: In, ori_kv: In, swa_indices: In, swa_lens: In, attn_sink: In, 
     finish(attend(q, keys, valid, attn_sink, tile=DIMS.window), freqs_cos, freqs_sin, o_packed)
 
 
-@jit(options=ROUNDINGS_KEPT)
-def decode_hca(q: In, kv: In, slot_mapping: In, ori_kv: InOut, window_swa_indices: In, x: In, wkv: In, wgate: In,
-               ape: In, norm_w: In, compress_state: InOut, state_block_table: In, cmp_cos: In, cmp_sin: In,
-               cmp_kv: InOut, cmp_block_table: In, position_ids: In, kv_seq_lens: In, attn_sink: In, freqs_cos: In,
-               freqs_sin: In, o_packed: Out):
+def hca_keys(kv, slot_mapping, ori_kv, window_swa_indices, x, wkv, wgate, ape, norm_w, compress_state,
+             state_block_table, cmp_cos, cmp_sin, cmp_kv, cmp_block_table, position_ids, kv_seq_lens):
+    """decode_hca up to the attention: the cache writes and the compressor, then the keys and
+    validity of [window | every visible compressed row] per token."""
     write_rows(ori_kv, slot_mapping, kv)
     compress(x, wkv, wgate, ape, norm_w, compress_state, state_block_table, cmp_cos, cmp_sin, cmp_kv,
              cmp_block_table, position_ids, DIMS.chunk)
-    ratio, tokens = ape.shape[0], q.shape[0]
+    ratio, tokens = ape.shape[0], position_ids.shape[0]
     req = torch.arange(tokens) // DIMS.chunk
     slots = torch.arange(cmp_block_table.shape[1] * cmp_kv.shape[1]).expand(tokens, -1)
     visible = torch.minimum(torch.minimum((position_ids.long() + 1) // ratio, kv_seq_lens[req].long() // ratio),
                             torch.tensor(DIMS.max_cmp))
     keys, valid = compressed_rows(cmp_kv, cmp_block_table, slots, slots < visible[:, None], DIMS.chunk)
-    attend_window_and(q, ori_kv, window_swa_indices, keys, valid, attn_sink, freqs_cos, freqs_sin, o_packed)
+    window_keys, window_valid = gather(ori_kv, window_swa_indices)
+    return torch.cat([window_keys, keys], 1), torch.cat([window_valid, valid], 1)
+
+
+@jit(options=ROUNDINGS_KEPT)
+def decode_hca(q: In, kv: In, slot_mapping: In, ori_kv: InOut, window_swa_indices: In, x: In, wkv: In, wgate: In,
+               ape: In, norm_w: In, compress_state: InOut, state_block_table: In, cmp_cos: In, cmp_sin: In,
+               cmp_kv: InOut, cmp_block_table: In, position_ids: In, kv_seq_lens: In, attn_sink: In, freqs_cos: In,
+               freqs_sin: In, o_packed: Out):
+    keys, valid = hca_keys(kv, slot_mapping, ori_kv, window_swa_indices, x, wkv, wgate, ape, norm_w, compress_state,
+                           state_block_table, cmp_cos, cmp_sin, cmp_kv, cmp_block_table, position_ids, kv_seq_lens)
+    finish(attend(q, keys, valid, attn_sink, tile=DIMS.window), freqs_cos, freqs_sin, o_packed)
+
+
+@jit(ranks=2)
+def decode_hca_tp(q: In, kv: In, slot_mapping: In, ori_kv: InOut, window_swa_indices: In, x: In, wkv: In,
+                  wgate: In, ape: In, norm_w: In, compress_state: InOut, state_block_table: In, cmp_cos: In,
+                  cmp_sin: In, cmp_kv: InOut, cmp_block_table: In, position_ids: In, kv_seq_lens: In, attn_sink: In,
+                  freqs_cos: In, freqs_sin: In, o_packed: Out):
+    """decode_hca with its heads split across ranks (tensor parallel): every rank writes the caches
+    and compresses alike, attends with its H/W heads, and an all-gather of the heads gives every
+    rank the whole output."""
+    keys, valid = hca_keys(kv, slot_mapping, ori_kv, window_swa_indices, x, wkv, wgate, ape, norm_w, compress_state,
+                           state_block_table, cmp_cos, cmp_sin, cmp_kv, cmp_block_table, position_ids, kv_seq_lens)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    heads = q.shape[1] // world
+    mine = slice(rank * heads, (rank + 1) * heads)
+    o = attend(q[:, mine], keys, valid, attn_sink[mine], tile=DIMS.window)
+    parts = [torch.empty_like(o) for _ in range(world)]
+    dist.all_gather(parts, o.contiguous())
+    finish(torch.cat(parts, dim=1), freqs_cos, freqs_sin, o_packed)
 
 
 @jit(options=ROUNDINGS_KEPT)
@@ -200,6 +233,9 @@ def case(name: str, seed: int = 0) -> Case:
                        {"o_packed": ATTENTION_TOLERANCE}),
         "decode_hca": (functools.partial(compressed_decode_specs, DIMS, DIMS.hca_ratio, seed), decode_hca,
                        golden_decode_hca, COMPARE),
+        # checked against the single-process golden: the heads split and gathered change nothing
+        "decode_hca_tp": (functools.partial(compressed_decode_specs, DIMS, DIMS.hca_ratio, seed), decode_hca_tp,
+                          golden_decode_hca, COMPARE),
         "decode_csa": (functools.partial(compressed_decode_specs, DIMS, DIMS.csa_ratio, seed, indexer=True),
                        decode_csa, golden_decode_csa, COMPARE),
     }[name]
@@ -207,4 +243,4 @@ def case(name: str, seed: int = 0) -> Case:
 
 
 FLAGSHIPS = ("decode_swa", "decode_hca", "decode_csa")
-CASES = [case(name) for name in FLAGSHIPS]
+CASES = [case(name) for name in (*FLAGSHIPS, "decode_hca_tp")]

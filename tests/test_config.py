@@ -5,7 +5,7 @@ import pytest
 
 from golden_tasks import config, report
 from golden_tasks.doit_tasks import _doit_workers
-from golden_tasks.library import apply_profile
+from golden_tasks.library import apply_context
 from golden_tasks.toolchain import toolchain
 
 
@@ -41,9 +41,9 @@ def test_profile_follows_the_environment_and_the_doit_variable(monkeypatch):
     assert config.profile() == golden_tasks.profile() == "default"
     monkeypatch.setenv(config.PROFILE_ENV, "flash")
     assert golden_tasks.profile() == "flash"
-    apply_profile(lambda name, default: default)  # no profile= variable: the environment stands
+    apply_context(lambda name, default: default)  # no profile= variable: the environment stands
     assert config.profile() == "flash"
-    apply_profile({"profile": "small"}.get)  # profile= overrides the environment
+    apply_context({"profile": "small"}.get)  # profile= overrides the environment
     assert config.profile() == "small"
     for bad in ("../x", "a/b", ".hidden"):
         monkeypatch.setenv(config.PROFILE_ENV, bad)

@@ -13,11 +13,11 @@ from golden_tasks.plan import FailedPlan, Plan
 
 
 def test_every_field_list_derives_from_the_declarations():
-    assert plan.SOURCE_FIELDS == ("params", "signature", "specs", "seed", "kernel", "golden", "policy", "data_in",
+    assert plan.SOURCE_FIELDS == ("params", "signature", "specs", "seed", "kernel", "ranks", "golden", "policy", "data_in",
                                   "data_out", "external")
     assert plan.EVERY_STAGE == ("case", "module", "profile", "timeout")
     assert set(plan.REPLAY_MEANING) == set(plan.SOURCE_FIELDS)
-    assert plan.VARIABLES == ("timeout", "backend", "ranks", "options", "warmup", "rounds")
+    assert plan.VARIABLES == ("timeout", "backend", "options", "warmup", "rounds")
     assert graph.BY_NAME["abi"].plan_fields == ("params", "signature", "ranks", "nonce")
     assert graph.BY_NAME["dispatch"].plan_fields == ("ranks", "external", "nonce")
     for stage in graph.STAGES:
@@ -76,21 +76,34 @@ def test_outputs_read_back_typed_with_one_skip_convention():
     assert Stats.of(Stored({}, {"seconds": 1.0, "kernel_us": {"median": 2.0}})).kernel_us == {"median": 2.0}
 
 
-def test_the_world_size_is_the_kernels_unless_a_case_or_ranks_says_otherwise():
-    from golden_tasks import Case, In, Out, SpecError, TensorSpec, jit
+def test_the_world_size_is_the_kernels_unless_a_case_or_ranks_says_otherwise(monkeypatch):
+    from golden_tasks import Case, In, Out, SpecError, TensorSpec, config, jit
     from golden_tasks.case import plan_of
+    from golden_tasks.library import apply_context
 
     @jit(backend="eager", ranks=2)
     def k(x: In, out: Out):
         out.copy_(x)
 
-    specs = [TensorSpec("x", (2,), torch.float32), TensorSpec("out", (2,), torch.float32)]
+    @jit(backend="eager")
+    def single(x: In, out: Out):
+        out.copy_(x)
+
+    def specs(ranks=1):  # a stacked input follows the world size
+        return [TensorSpec("x", (ranks, 2), torch.float32, resident="stacked"), TensorSpec("out", (2,), torch.float32)]
+
+    monkeypatch.delenv(config.RANKS_ENV, raising=False)
     assert plan_of(Case("c", specs=specs, kernel=k).resolved())[0].ranks == 2
     made = plan_of(Case("c", specs=specs, kernel=k, ranks=4).resolved())[0]
-    assert made.ranks == 4 and made.overridden({"ranks": "3"}).ranks == 3
+    assert made.ranks == 4 and made.signature[0]["shape"] == [4, 2]
     assert "ranks" in graph.BY_NAME["abi"].plan_fields and "ranks" in graph.BY_NAME["dispatch"].plan_fields
+    apply_context({"ranks": "3"}.get)  # ranks=N: every multi-rank case, specs included; one-rank kernels stay
+    assert config.ranks() == 3 and config.planning_context() == "default.ranks3"
+    made = plan_of(Case("c", specs=specs, kernel=k, ranks=4).resolved())[0]
+    assert made.ranks == 3 and made.signature[0]["shape"] == [3, 2]
+    assert plan_of(Case("c", specs=specs, kernel=single).resolved())[0].ranks == 1
     with pytest.raises(ValueError, match=r"^doit variable ranks='0' is not a world size"):
-        made.overridden({"ranks": "0"})
+        apply_context({"ranks": "0"}.get)
     with pytest.raises(SpecError, match=r"^case 'c': ranks=0 is not a world size"):
         Case("c", specs=specs, kernel=k, ranks=0).resolved()
     with pytest.raises(SpecError, match=r"^kernel k: ranks=True is not a world size"):

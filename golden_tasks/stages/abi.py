@@ -36,12 +36,12 @@ def problems(params: list, signature: list, ranks: int = 1) -> list:
         if p.get("dtype") is not None and p["dtype"] != s["dtype"]:
             found.append(f"{where}: kernel expects dtype {p['dtype']}, spec has {s['dtype']}")
         shape, view = p.get("shape"), view_shape(s["shape"], s.get("resident"))
-        seen = f"spec has shape {s['shape']}" + (f", whose slice per rank is {view}" if view != s["shape"] else "")
+        sliced = f", whose slice per rank is {view}" if view != s["shape"] else ""
         if shape is not None:
             if len(shape) != len(view):
-                found.append(f"{where}: kernel expects rank {len(shape)}, {seen}")
+                found.append(f"{where}: kernel expects rank {len(shape)}, spec has shape {s['shape']}{sliced}")
             elif any(d is not None and d != g for d, g in zip(shape, view)):
-                found.append(f"{where}: kernel expects shape {shape}, {seen}")
+                found.append(f"{where}: kernel expects shape {shape}, spec has {s['shape']}{sliced}")
     return found + placement_problems(signature, ranks)
 
 
