@@ -13,7 +13,8 @@ RAN, CACHED, FAILED, NOT_RUN = "ran", "cached", "FAILED", "-"
 def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict:
     """The summary of one case from its stage states and its cached entries."""
     row = {"case": plan.case, "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
-           "max_abs": None, "kernel_us": None, "golden_us": None, "speedup": None,
+           "max_abs": None, "kernel_us": None, "golden_us": None, "speedup": None, "rank_us": None,
+           "imbalance": None,
            "errors": errors, "skipped": None}
     if plan.error:
         row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan.error})
@@ -26,7 +27,10 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict
     if golden and (timing := Stats.of(golden).golden_us):
         row["golden_us"] = timing["median"]
     if bench and (timing := Stats.of(bench).kernel_us):  # a skipped bench has none
-        row["kernel_us"] = timing["median"]
+        row["kernel_us"] = timing["median"]  # several ranks: of each round's slowest rank
+        if "ranks" in timing:
+            row["rank_us"] = [r["median"] for r in timing["ranks"]]
+            row["imbalance"] = timing["imbalance"]
     if row["kernel_us"] and row["golden_us"]:
         row["speedup"] = row["golden_us"] / row["kernel_us"]
     if errors or FAILED in row["stages"].values():
@@ -68,6 +72,8 @@ def format_table(rows: list) -> str:
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += [f"{r['case']}: SKIPPED: {r['skipped']}" for r in rows if r["skipped"]]
+    lines += [f"{r['case']}: per rank, median us: " + ", ".join(f"{i}: {us:.1f}" for i, us in enumerate(r["rank_us"]))
+              + (f"; LOAD IMBALANCE: {r['imbalance']}" if r["imbalance"] else "") for r in rows if r["rank_us"]]
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
-"""The C++ and CUDA versions of rms_norm, softmax and gemm (sources in kernels/cpp/).
+"""The C++ and CUDA versions of rms_norm, softmax and gemm (sources in kernels/cpp/), and
+rms_norm on two ranks.
 
 Each case reuses its JIT module's golden and tensor specs: the same shapes and,
 seeded by case seed and spec name, the same inputs. The C signature adds the
@@ -9,7 +10,7 @@ import functools
 
 import torch
 
-from golden_tasks import Case, In, Out, Scalar, ScalarSpec, cpp
+from golden_tasks import STACKED, Case, In, Out, Scalar, ScalarSpec, TensorSpec, cpp
 from kernels import gemm, rms_norm, softmax
 
 F32, I64 = torch.float32, torch.int64
@@ -42,8 +43,30 @@ def rms_norm_cuda(x: In[F32], weight: In[F32], out: Out[F32], rows: Scalar[I64],
                   eps: Scalar[F32]): ...
 
 
+# The same sources on two ranks (data parallel: no communication): each rank normalizes its own
+# block of rows. With the CUDA source the ranks meet in an NCCL group, one GPU each.
+@cpp("cpp/rms_norm.cpp", symbol="rms_norm_cpp", ranks=2)
+def rms_norm_cpp_ranks(x: In[F32], weight: In[F32], out: Out[F32], rows: Scalar[I64], cols: Scalar[I64],
+                       eps: Scalar[F32]): ...
+
+
+@cpp("cpp/rms_norm.cu", symbol="rms_norm_cuda", ranks=2)
+def rms_norm_cuda_ranks(x: In[F32], weight: In[F32], out: Out[F32], rows: Scalar[I64], cols: Scalar[I64],
+                        eps: Scalar[F32]): ...
+
+
 ROW_SIZES = {"rows": ("x", 0), "cols": ("x", 1)}
 rms_norm_specs = functools.partial(c_specs, rms_norm.specs, F32, **ROW_SIZES)
+
+
+def rows_per_rank_specs(ranks=2):
+    """rms_norm's specs with x and out stacked: rank r gets rows [r*R/W, (r+1)*R/W), R/W per rank."""
+    whole = {s.name: s for s in rms_norm.specs(F32)}
+    rows, cols = whole["x"].shape
+    per_rank = -(-rows // ranks)
+    return [TensorSpec("x", (ranks, per_rank, cols), F32, torch.randn, resident=STACKED), whole["weight"],
+            TensorSpec("out", (ranks, per_rank, cols), F32, resident=STACKED),
+            ScalarSpec("rows", I64, per_rank), ScalarSpec("cols", I64, cols), whole["eps"]]
 
 # u = 2^-24, the fp32 unit roundoff; the goldens are float64, their own error is negligible. The
 # simd reductions keep L >= 8 partial sums (AVX2; 16 with AVX-512), each over cols/L terms, then
@@ -67,4 +90,10 @@ CASES = [
     # 2 ulp: rtol=1e-5. Dispatch, validate and bench need a GPU: without one the case is SKIPPED.
     Case("rms_norm_cuda", specs=rms_norm_specs, kernel=rms_norm_cuda, golden=rms_norm.golden_rms_norm,
          rtol=1e-5, atol=1e-6),
+    # Each rank runs rms_norm_cpp on its rows: its bound.
+    Case("rms_norm_cpp_ranks", specs=rows_per_rank_specs, kernel=rms_norm_cpp_ranks,
+         golden=rms_norm.golden_rms_norm, rtol=1e-5, atol=1e-6),
+    # Skipped without as many GPUs as ranks.
+    Case("rms_norm_cuda_ranks", specs=rows_per_rank_specs, kernel=rms_norm_cuda_ranks,
+         golden=rms_norm.golden_rms_norm, rtol=1e-5, atol=1e-6),
 ]

@@ -62,10 +62,13 @@ def test_summary_table_layout():
     stages = {"abi": "cached", "compile": "ran", "inputs": "cached", "golden": "cached", "dispatch": "ran",
               "validate": "FAILED", "bench": "-"}
     row = {"case": "c", "status": "FAIL", "stages": stages, "max_abs": None, "kernel_us": 10.0,
-           "golden_us": 25.0, "speedup": 2.5, "skipped": None}
+           "golden_us": 25.0, "speedup": 2.5, "skipped": None, "rank_us": None, "imbalance": None}
     skipped = {**row, "case": "g", "status": "SKIPPED", "skipped": "no GPU"}
-    header, rule, line, skipped_line, reason = report.format_table([row, skipped]).splitlines()
+    ranked = {**row, "case": "r", "rank_us": [9.5, 10.0], "imbalance": "rank 1 was the slowest"}
+    header, rule, line, skipped_line, ranked_line, reason, per_rank = \
+        report.format_table([row, skipped, ranked]).splitlines()
     assert reason == "g: SKIPPED: no GPU"
+    assert per_rank == "r: per rank, median us: 0: 9.5, 1: 10.0; LOAD IMBALANCE: rank 1 was the slowest"
     assert header.split() == ["case", "status", "abi", "compile", "inputs", "golden", "dispatch", "validate",
                               "bench", "max", "err", "kernel", "us", "golden", "us", "speedup"]
     assert set(rule.replace(" ", "")) == {"-"}

@@ -1,0 +1,283 @@
+"""Multi-rank kernels: placement over ranks, the rank pool (real processes, real gloo), its faults,
+and the library's multi-rank kernels at world sizes 2 and 4."""
+import dataclasses
+import json
+import uuid
+
+import pytest
+import torch
+
+import golden_tasks
+from golden_tasks import ranks
+from golden_tasks.errors import StageFailed
+from golden_tasks.isolate import Outcome
+from golden_tasks.outputs import InputsMeta, Outputs
+from golden_tasks.stages.bench import imbalance, rank_stats
+from kernels import collectives, decode_attention
+from tests.project import Project
+from tests.test_hostile import assert_nothing_left
+
+
+def table(*rows):
+    return [{"name": n, "kind": "tensor", "direction": d, "shape": list(s), "dtype": "float32"} for n, d, s in rows]
+
+
+def test_each_rank_gets_its_view_and_outputs_come_back_whole():
+    rows = table(("whole", "in", (3,)), ("sliced", "in", (3,)), ("on_one", "in", (3,)),
+                 ("out_sliced", "out", (2,)), ("out_whole", "inout", (2,)), ("out_on_one", "out", (2,)))
+    place = {"sliced": "stacked", "on_one": 1, "out_sliced": "stacked", "out_on_one": 1}
+    inputs = Outputs(tensors={"whole": torch.arange(3.), "sliced": torch.arange(6.).reshape(2, 3),
+                              "on_one": torch.full((3,), 7.), "out_whole": torch.ones(2)}, meta=InputsMeta())
+    p = ranks.Placement(rows, place, inputs, 2)
+    assert p.args[0][0].tolist() == p.args[1][0].tolist() == [0, 1, 2]
+    assert p.args[0][1].tolist() == [0, 1, 2] and p.args[1][1].tolist() == [3, 4, 5]
+    assert p.args[0][2].tolist() == [0, 0, 0] and p.args[1][2].tolist() == [7, 7, 7]  # rank 0: a buffer only
+    assert all(a.is_shared() for args in p.args for a in args)
+    for r in range(2):  # what the kernel on each rank writes
+        p.args[r][3].copy_(torch.tensor([r, r + 0.5]))
+        p.args[r][4].add_(1)
+        p.args[r][5].fill_(10 + r)
+    got = p.outputs("k")
+    assert got["out_sliced"].tolist() == [[0, 0.5], [1, 1.5]] and got["out_whole"].tolist() == [2, 2]
+    assert got["out_on_one"].tolist() == [11, 11]
+    p.args[0][2].fill_(3)  # a write to a rank's receive buffer is allowed; to the held input is not
+    p.check_inputs_untouched(inputs, "k")
+    p.args[1][1][0] = -1
+    with pytest.raises(StageFailed, match=r"^k wrote its In parameter 'sliced' on rank 1: inputs are read-only"):
+        p.check_inputs_untouched(inputs, "k")
+    p.args[1][4].add_(1)
+    with pytest.raises(StageFailed, match=r"output 'out_whole' is whole on every rank .* rank 1's copy differs"):
+        p.outputs("k")
+    p.guards[1][5].buffer[-1] = 0
+    with pytest.raises(StageFailed, match=r"guard region out_on_one \(after\) on rank 1 lost its canary"):
+        p.check_guards("k")
+
+
+def failed(phase, communication, text="RuntimeError: boom"):
+    return Outcome("returned", ranks.RankFailure(phase, communication, text))
+
+
+@pytest.mark.parametrize("outcomes,culprit,said", [
+    ([failed(ranks.IN_KERNEL, True), Outcome("crashed", "killed by signal SIGSEGV")], 1, "crashed: killed by signal"),
+    ([failed(ranks.IN_KERNEL, True), failed(ranks.IN_KERNEL, False, "ValueError: mine")], 1, "an error in its kernel"),
+    ([failed(ranks.IN_KERNEL, True), Outcome("hung", 9)], 1, "hung: still running after the other ranks had failed"),
+    ([failed(ranks.AFTER_KERNEL, True), failed(ranks.IN_KERNEL, True)], 1, "hung in a collective in its kernel"),
+])
+def test_the_verdict_names_the_rank_at_fault_not_its_victims(outcomes, culprit, said):
+    verdict = ranks._verdict(outcomes, "the kernel of k")
+    first, *rest = verdict.splitlines()
+    assert first.startswith(f"the kernel of k failed on rank {culprit} (of 2): {said}")
+    assert "what the other ranks saw:" in rest and f"  rank {1 - culprit}: a failed collective" in "\n".join(rest)
+
+
+def test_rank_timings_take_the_slowest_rank_per_round_and_flag_a_persistent_one():
+    fast, slow = [10.0] * 8, [10.5, 13, 14, 13, 12, 13, 14, 13]
+    stats = rank_stats([fast, slow], warmup=1, placed=[2, 2])
+    assert stats["median"] == 13 and stats["rounds"] == 8
+    assert [r["slowest_rounds"] for r in stats["ranks"]] == [0, 8] and stats["ranks"][1]["placed"] == 2
+    assert stats["imbalance"].startswith("rank 1 was the slowest in 100% of the rounds; its median is 1.30x")
+    noisy = rank_stats([[10, 12, 10, 12], [12, 10, 12, 10]], warmup=0, placed=[1, 1])
+    assert noisy["imbalance"] is None and imbalance(noisy["ranks"]) is None
+    assert "ranks" not in rank_stats([fast], warmup=0, placed=[1])  # one rank: the plain timing
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("ranks-cache")
+
+
+def verify(case, cache, **options):
+    options = {"rtol": case.rtol, "atol": case.atol, "compare": case.compare, "ranks": case.ranks, "rounds": 3,
+               "warmup": 1, **options}
+    return golden_tasks.run(case.kernel, case.specs, case.golden, name=case.name, cache_dir=cache / "cache",
+                            runs_dir=cache / "runs", **options)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("name", [*collectives.SPECS, "decode_hca_tp"])
+def test_library_kernels_pass_at_two_and_four_ranks(name, world, cache):
+    case = collectives.case(name, world) if name in collectives.SPECS else \
+        dataclasses.replace(decode_attention.case(name), name=f"{name}_{world}ranks", ranks=world)
+    result = verify(case, cache)
+    assert result.passed, result.error
+    # each round takes its slowest rank's time, so the rounds' median is at least every rank's
+    assert len(result.bench["ranks"]) == world
+    assert result.bench["median"] >= max(r["median"] for r in result.bench["ranks"])
+
+
+def test_a_stacked_spec_with_the_wrong_leading_dim_fails_before_any_rank_starts(cache):
+    case = collectives.case("allreduce", 4)
+    result = verify(dataclasses.replace(case, specs=collectives.allreduce_specs(3)), cache)
+    assert not result.passed and result.stages["abi"] == "FAILED"
+    assert "spec 'x': resident='stacked' needs leading dim 4 (one slice per rank of world size 4), " \
+           "spec has shape [3, 4096]" in result.error
+
+
+COUNTED = '''
+import os
+import torch.distributed as dist
+from golden_tasks import In, Out, jit
+
+
+@jit(ranks=2)
+def counted(x: In, weight: In, out: Out):
+    with open(os.path.join(os.environ["GT_PLACEMENTS"], f"rank{dist.get_rank()}"), "a") as log:
+        log.write(f"{x.data_ptr()} {weight.data_ptr()}\\n")
+    out.copy_(x * weight)
+    dist.all_reduce(out)
+'''
+
+
+def test_resident_tensors_are_placed_once_for_every_benchmark_round(tmp_path, monkeypatch):
+    (tmp_path / "counted.py").write_text(COUNTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("GT_PLACEMENTS", str(tmp_path))
+    from counted import counted
+
+    specs = [golden_tasks.TensorSpec("x", (2, 64), torch.float32, torch.randn, resident="stacked"),
+             golden_tasks.TensorSpec("weight", (64,), torch.float32, torch.randn),
+             golden_tasks.TensorSpec("out", (64,), torch.float32)]
+
+    def golden(t):
+        t["out"].copy_((t["x"] * t["weight"]).sum(0))
+
+    result = golden_tasks.run(counted, specs, golden, cache_dir=tmp_path / "cache", runs_dir=tmp_path / "runs",
+                              warmup=5, rounds=100, atol=1e-5, env_deps=("GT_PLACEMENTS",))
+    assert result.passed, result.error
+    assert [r["placed"] for r in result.bench["ranks"]] == [3, 3]  # x, weight, out: once each, not per round
+    for rank in (0, 1):
+        calls = (tmp_path / f"rank{rank}").read_text().splitlines()
+        assert len(calls) == 1 + 105  # the validation call's pool, then warmup and rounds in the benchmark's
+        assert len(set(calls[1:])) == 1  # every round saw the same buffers: placed once, reused
+
+
+RANKED = '''
+import ctypes
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from golden_tasks import Case, In, Out, TensorSpec, jit
+
+
+def golden(t):
+    t["out"].copy_(t["x"].double().sum(0))
+
+
+def specs(ranks=2):
+    return [TensorSpec("x", (ranks, 256), torch.float32, torch.randn, resident="stacked"),
+            TensorSpec("out", (256,), torch.float32)]
+
+
+@jit(ranks=2)
+def good(x: In, out: Out):
+    out.copy_(x)
+    dist.all_reduce(out)
+
+
+@jit(ranks=2)
+def raises(x: In, out: Out):
+    if dist.get_rank() == 1:
+        raise IndexError("row 7 is out of range on this rank")
+    out.copy_(x)
+    dist.all_reduce(out)
+
+
+@jit(ranks=2)
+def exits(x: In, out: Out):
+    if dist.get_rank() == 1:
+        os._exit(3)
+    out.copy_(x)
+    dist.all_reduce(out)
+
+
+@jit(ranks=2)
+def segfaults(x: In, out: Out):
+    if dist.get_rank() == 0:
+        ctypes.string_at(0)
+    out.copy_(x)
+    dist.all_reduce(out)
+
+
+@jit(ranks=2)
+def hangs_in_a_collective(x: In, out: Out):
+    out.copy_(x)
+    dist.all_reduce(out)
+    if dist.get_rank() == 1:
+        dist.recv(torch.empty(1), src=0)  # nobody sends
+
+
+@jit(ranks=2)
+def sleeps(x: In, out: Out):
+    if dist.get_rank() == 1:
+        time.sleep(3600)
+    out.copy_(x)
+    dist.all_reduce(out)
+
+
+CASES = [Case(k.name, kernel=k, golden=golden, specs=specs, rounds=3, warmup=1, timeout=3, atol=1e-5)
+         for k in (good, raises, exits, segfaults, hangs_in_a_collective, sleeps)] + [
+    Case("good_too", kernel=good, golden=golden, specs=specs, rounds=3, warmup=1, atol=1e-5)]
+'''
+FAULTS = {
+    "raises": "the kernel of raises failed on rank 1 (of 2): an error in its kernel:",
+    "exits": "the kernel of exits failed on rank 1 (of 2): crashed: its process exited with code 3 without a result",
+    "segfaults": "the kernel of segfaults failed on rank 0 (of 2): crashed: killed by signal SIGSEGV",
+    "hangs_in_a_collective": "the kernel of hangs_in_a_collective failed on rank 1 (of 2): hung in a collective "
+                             "in its kernel after the other ranks had finished theirs",
+    "sleeps": "the kernel of sleeps failed on rank 1 (of 2): hung: still running after the other ranks had failed",
+}
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory):
+    proj = Project(tmp_path_factory.mktemp("ranked") / "p", ())
+    (proj.path / "kernels" / "ranked.py").write_text(RANKED)
+    proj.mark = f"gt-run-{uuid.uuid4().hex}"
+    proj.env["GT_RUN_MARK"] = proj.mark
+    proj.run = proj.console("-n", "2", "--continue", "verify")
+    yield proj
+    assert_nothing_left(proj.mark)
+
+
+def test_a_faulty_rank_fails_its_case_by_rank_and_leaves_no_process(ranked):
+    rows = {r["case"]: r for r in json.loads((ranked.path / "runs" / "report.json").read_text())["cases"]}
+    assert ranked.run.returncode == 1
+    for case, said in FAULTS.items():
+        errors = " ".join(rows[case]["errors"].values())
+        assert rows[case]["status"] == "FAIL" and said in errors, (case, errors)
+    assert "IndexError: row 7 is out of range on this rank" in rows["raises"]["errors"]["dispatch"]
+    assert_nothing_left(ranked.mark)
+
+
+def test_multi_rank_cases_verify_side_by_side_under_doit_n_2(ranked):
+    rows = {r["case"]: r for r in json.loads((ranked.path / "runs" / "report.json").read_text())["cases"]}
+    assert rows["good"]["status"] == rows["good_too"]["status"] == "PASS"
+    assert len(rows["good"]["rank_us"]) == 2 and rows["good"]["kernel_us"] >= max(rows["good"]["rank_us"])
+
+
+def test_a_multi_rank_runtime_dir_replays(ranked):
+    proc = ranked.console("replay:good")
+    assert proc.returncode == 0 and "PASS" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_ranks_variable_runs_every_multi_rank_case_at_that_world_size(ranked):
+    code, results, _, err = ranked.doit("verify:good", "ranks=4")
+    assert code == 0, err
+    assert results["dispatch:good"] == "success"  # another world size: another key
+    row = next(r for r in json.loads((ranked.path / "runs" / "report.json").read_text())["cases"]
+               if r["case"] == "good")
+    assert row["status"] == "PASS" and len(row["rank_us"]) == 4
+    code, _, _, err = ranked.doit("verify:good", "ranks=x")
+    assert code != 0 and "doit variable ranks='x' is not a world size" in err
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a CUDA device per rank; this machine has "
+                    f"{torch.cuda.device_count()}")
+def test_a_cuda_kernel_runs_its_ranks_in_an_nccl_group(tmp_path):
+    from kernels import cpp_kernels
+    case = next(c for c in cpp_kernels.CASES if c.name == "rms_norm_cuda_ranks")
+    result = verify(case, tmp_path)
+    assert result.passed, result.error
