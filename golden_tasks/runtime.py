@@ -1,7 +1,8 @@
 """Runtime dirs: each verified case's latest run, self-contained and replayable.
 
     runs/<case>/
-      manifest.json        stage keys, fingerprints, profile, toolchain, parameter table, every file's digest
+      manifest.json        stage keys, fingerprints, profile, toolchain, parameter table and placement over
+                           ranks, every file's digest
       report.json          the validation report and timings of the run
       artifact/<file>      the compiled kernel (e.g. kernel.pt2)
       policy.pkl           the validation policy (cloudpickle)
@@ -121,6 +122,7 @@ def materialize(plan: Plan, store, case_dir: Path, summary: dict = None) -> Path
         "toolchain": toolchain(),
         "pipeline": graph.pipeline_version(),
         "table": table,
+        "placement": AbiMeta.of(entries["abi"]).placement,
         "bench": plan.bench,
         "timeout": plan.timeout,
         # saved stages that skipped (a case without a golden): a replay skips what reads them
@@ -160,7 +162,7 @@ def saved_outputs(case_dir: Path, manifest: dict) -> dict:
     table, artifact, inputs = manifest["table"], manifest["artifact"], folder("inputs")
     scalars = {r["name"]: inputs.pop(r["name"]).item() for r in table if r["kind"] == "scalar"}
     return {
-        "abi": Outputs(meta=AbiMeta(table=table)),
+        "abi": Outputs(meta=AbiMeta(table=table, placement=manifest.get("placement", {}))),
         "compile": Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact["files"]},
                            meta=CompileMeta(backend=artifact["backend"], module=artifact["module"],
                                             table=artifact["table"])),

@@ -110,9 +110,9 @@ def golden_ep_moe(t):
     t["out"].copy_(y * t["gate"].double()[..., None])
 
 
-def allreduce_specs(ranks=2):
-    return [TensorSpec("x", (ranks, 4096), torch.float32, torch.randn, resident=STACKED),
-            TensorSpec("out", (4096,), torch.float32)]
+def allreduce_specs(ranks=2, values=4096):
+    return [TensorSpec("x", (ranks, values), torch.float32, torch.randn, resident=STACKED),
+            TensorSpec("out", (values,), torch.float32)]
 
 
 def linear_specs(split: str, ranks=2, m=32, k=64, n=48):

@@ -71,13 +71,14 @@ def test_the_verdict_names_the_rank_at_fault_not_its_victims(outcomes, culprit, 
 
 
 def test_rank_timings_take_the_slowest_rank_per_round_and_flag_a_persistent_one():
-    fast, slow = [10.0] * 8, [10.5, 13, 14, 13, 12, 13, 14, 13]
+    fast, slow = [10.0] * 10, [10.5, 13, 14, 13, 12, 13, 14, 13, 13, 13]
     stats = rank_stats([fast, slow], warmup=1, placed=[2, 2])
-    assert stats["median"] == 13 and stats["rounds"] == 8
-    assert [r["slowest_rounds"] for r in stats["ranks"]] == [0, 8] and stats["ranks"][1]["placed"] == 2
+    assert stats["median"] == 13 and stats["rounds"] == 10
+    assert [r["slowest_rounds"] for r in stats["ranks"]] == [0, 10] and stats["ranks"][1]["placed"] == 2
     assert stats["imbalance"].startswith("rank 1 was the slowest in 100% of the rounds; its median is 1.30x")
     noisy = rank_stats([[10, 12, 10, 12], [12, 10, 12, 10]], warmup=0, placed=[1, 1])
     assert noisy["imbalance"] is None and imbalance(noisy["ranks"]) is None
+    assert rank_stats([fast[:9], slow[:9]], warmup=0, placed=[1, 1])["imbalance"] is None  # too few rounds to say
     assert "ranks" not in rank_stats([fast], warmup=0, placed=[1])  # one rank: the plain timing
 
 
@@ -244,7 +245,7 @@ def ranked(tmp_path_factory):
 
 def test_a_faulty_rank_fails_its_case_by_rank_and_leaves_no_process(ranked):
     rows = {r["case"]: r for r in json.loads((ranked.path / "runs" / "report.json").read_text())["cases"]}
-    assert ranked.run.returncode == 1
+    assert ranked.run.returncode != 0
     for case, said in FAULTS.items():
         errors = " ".join(rows[case]["errors"].values())
         assert rows[case]["status"] == "FAIL" and said in errors, (case, errors)
@@ -264,14 +265,14 @@ def test_a_multi_rank_runtime_dir_replays(ranked):
 
 
 def test_ranks_variable_runs_every_multi_rank_case_at_that_world_size(ranked):
-    code, results, _, err = ranked.doit("verify:good", "ranks=4")
-    assert code == 0, err
-    assert results["dispatch:good"] == "success"  # another world size: another key
+    proc = ranked.console("verify:good", "ranks=4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dispatch:good" in proc.stdout  # another world size: another key, so it ran
     row = next(r for r in json.loads((ranked.path / "runs" / "report.json").read_text())["cases"]
                if r["case"] == "good")
     assert row["status"] == "PASS" and len(row["rank_us"]) == 4
-    code, _, _, err = ranked.doit("verify:good", "ranks=x")
-    assert code != 0 and "doit variable ranks='x' is not a world size" in err
+    proc = ranked.console("verify:good", "ranks=x")
+    assert proc.returncode != 0 and "golden-tasks: doit variable ranks='x' is not a world size" in proc.stderr
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a CUDA device per rank; this machine has "

@@ -11,9 +11,9 @@ from .. import ranks
 from ..outputs import Meta, Stats
 from . import Outputs, load_checked, summary, time_rounds
 
-# A rank is persistently slower when it is the slowest in this share of the rounds and its median
-# exceeds the fastest rank's by this factor (noise alone rarely does both).
-IMBALANCE_SHARE, IMBALANCE_RATIO = 0.75, 1.10
+# A rank is persistently slower when it is the slowest in this share of at least this many rounds and
+# its median exceeds the fastest rank's by this factor (noise alone rarely does all three).
+IMBALANCE_SHARE, IMBALANCE_ROUNDS, IMBALANCE_RATIO = 0.75, 10, 1.10
 
 
 def time_kernel(kernel, args: list, rank, warmup: int, rounds: int) -> list:
@@ -42,7 +42,7 @@ def imbalance(ranks_stats: list) -> str:
     worst = max(range(len(ranks_stats)), key=lambda r: ranks_stats[r]["slowest_rounds"])
     share = ranks_stats[worst]["slowest_rounds"] / ranks_stats[worst]["rounds"]
     ratio = medians[worst] / max(min(medians), 1e-9)
-    if share >= IMBALANCE_SHARE and ratio >= IMBALANCE_RATIO:
+    if share >= IMBALANCE_SHARE and ranks_stats[worst]["rounds"] >= IMBALANCE_ROUNDS and ratio >= IMBALANCE_RATIO:
         return (f"rank {worst} was the slowest in {share:.0%} of the rounds; "
                 f"its median is {ratio:.2f}x the fastest rank's")
     return None

@@ -1,0 +1,107 @@
+"""The rank pool's cost per benchmark round against a bare torch.distributed loop, side by side.
+
+Both run the same trivial collective (an all-reduce of N float32 values) on the
+same world size with gloo:
+
+- bare: W processes meeting through torchrun-style variables, each timing a
+  plain loop of `dist.all_reduce` (no barriers, no per-round clock reads);
+- pool: the bench stage's machinery (golden_tasks.ranks.run with
+  stages.bench.time_kernel): isolated rank processes, placement, a barrier
+  before and after every round, each rank timing its own call. Its cost per
+  round is the slope of the pool's wall time between two round counts, so the
+  one-off start (forks, joining the group, placing) is reported apart.
+
+    python benchmarks/rank_pool.py [--world 2] [--values 1024] [--rounds 400]
+"""
+import argparse
+import functools
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BARE = """
+import os, sys, time, datetime, torch, torch.distributed as dist
+world, values, rounds = int(os.environ["WORLD_SIZE"]), int(sys.argv[1]), int(sys.argv[2])
+torch.set_num_threads(max(1, torch.get_num_threads() // world))
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+x = torch.ones(values)
+for _ in range(20):
+    dist.all_reduce(x)
+dist.barrier()
+start = time.perf_counter()
+for _ in range(rounds):
+    dist.all_reduce(x)
+elapsed = time.perf_counter() - start
+dist.destroy_process_group()
+print(elapsed / rounds * 1e6)
+"""
+
+
+def bare(world: int, values: int, rounds: int) -> float:
+    """Microseconds per all-reduce in a plain loop, the slowest rank's."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free a moment ago; rank 0 binds it
+    procs = [subprocess.Popen([sys.executable, "-c", BARE, str(values), str(rounds)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                              "WORLD_SIZE": str(world), "RANK": str(r)})
+             for r in range(world)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        sys.exit(f"the bare loop failed: {outs}")
+    return max(float(o) for o in outs)
+
+
+def pool(world: int, values: int, rounds: int) -> tuple:
+    """(microseconds per round, seconds of the pool's one-off start) of the bench stage's rank pool."""
+    import torch
+
+    from golden_tasks import ranks
+    from golden_tasks.outputs import InputsMeta, Outputs
+    from golden_tasks.specs import rank_view
+    from golden_tasks.stages.bench import time_kernel
+    from kernels.collectives import allreduce, allreduce_specs
+
+    directions = {p["name"]: p["direction"] for p in allreduce.params()}
+    specs = [s.stamped(directions[s.name]) for s in allreduce_specs(world, values)]
+    with tempfile.TemporaryDirectory(prefix="golden-rank-pool-") as tmp:
+        artifact = allreduce.compile([rank_view(s) for s in specs], {"backend": None, "ranks": world}, Path(tmp))
+        inputs = Outputs(tensors={"x": torch.ones(world, values)}, meta=InputsMeta())
+
+        def wall(n: int) -> float:
+            placement = ranks.Placement(artifact.table, {"x": "stacked"}, inputs, world)
+            start = time.perf_counter()
+            ranks.run(functools.partial(time_kernel, warmup=20, rounds=n), artifact, placement, 60.0, n + 21,
+                      "the benchmark")
+            return time.perf_counter() - start
+
+        wall(10)  # the forkserver starts once
+        short, long = min(wall(rounds // 4) for _ in range(2)), min(wall(rounds) for _ in range(2))
+    per_round = (long - short) / (rounds - rounds // 4)
+    return per_round * 1e6, short - per_round * (rounds // 4 + 20)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--values", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=400)
+    args = parser.parse_args()
+    bare_us = bare(args.world, args.values, args.rounds)
+    pool_us, start_s = pool(args.world, args.values, args.rounds)
+    print(f"all-reduce of {args.values} float32 on {args.world} ranks (gloo), {os.cpu_count()} cores")
+    print(f"{'measurement':36} {'us/round':>10}")
+    print(f"{'bare torch.distributed loop':36} {bare_us:10.1f}")
+    print(f"{'rank pool (barriers, per-rank clock)':36} {pool_us:10.1f}")
+    print(f"ratio pool / bare: {pool_us / bare_us:.2f}x; the pool's one-off start: {start_s * 1e3:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
