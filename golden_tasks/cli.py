@@ -245,6 +245,9 @@ def main(argv=None) -> int:
     gc.add_argument("--max-size", type=_size, metavar="SIZE", help="least recently used first, to fit SIZE")
     replay_p = sub.add_parser("replay", help="replay a runtime dir (runs/<case>) without the kernel's source")
     replay_p.add_argument("runtime_dir", type=Path)
+    rank_p = sub.add_parser("rank", help="run this process's rank of a multi-rank CASE, as started by torchrun "
+                                         "(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK); rank 0 prints the verdict")
+    rank_p.add_argument("case")
     explain_p = sub.add_parser("explain", help="why STAGE:CASE is (not) up to date")
     explain_p.add_argument("target", metavar="STAGE:CASE")
     for p in (gc, explain_p):
@@ -256,6 +259,10 @@ def main(argv=None) -> int:
         from .replay import main as replay_main  # noqa: PLC0415 -- imports torch
 
         return replay_main(args.runtime_dir, args.project)
+    if args.command == "rank":
+        from .launched import main as rank_main  # noqa: PLC0415 -- imports torch
+
+        return rank_main(args.project, args.case)
     store = config.open_store(args.project, args.cache)
     if not store.root.is_dir():
         print(f"no cache at {store.root}", file=sys.stderr)

@@ -23,6 +23,7 @@ its kernel after its peers had finished theirs); else every failing rank.
 import contextlib
 import dataclasses
 import datetime
+import os
 import re
 import socket
 import traceback
@@ -54,10 +55,12 @@ class Placement:
     """Each rank's positional arguments for a kernel taking `table` (AbiMeta), built from the inputs
     stage's whole tensors: In tensors are copies, Out/InOut ones sit between guard regions."""
 
-    def __init__(self, table: list, placement: dict, inputs, world: int):
+    def __init__(self, table: list, placement: dict, inputs, world: int, here=None):
+        """`here`: the ranks whose arguments to build (default: all of them)."""
         self.table, self.placement, self.world = table, placement, world
-        self.guards = [{} for _ in range(world)]  # rank -> {argument index: isolate.Guarded}
-        self.args = [[self._arg(i, row, inputs, r) for i, row in enumerate(table)] for r in range(world)]
+        here = range(world) if here is None else here
+        self.guards = {r: {} for r in here}  # rank -> {argument index: isolate.Guarded}
+        self.args = {r: [self._arg(i, row, inputs, r) for i, row in enumerate(table)] for r in here}
 
     def holds(self, row: dict, rank: int) -> bool:
         """Whether `rank` receives the content of the tensor of `row` (not just a buffer of its shape)."""
@@ -82,7 +85,7 @@ class Placement:
 
     def written_inputs(self, inputs) -> list:
         """The In tensors (by name, and rank) that no longer hold their input: written by the kernel."""
-        return [f"{row['name']!r}{on_rank(r, self.world)}" for r, args in enumerate(self.args)
+        return [f"{row['name']!r}{on_rank(r, self.world)}" for r, args in self.args.items()
                 for row, arg in zip(self.table, args) if row["kind"] == "tensor" and row["direction"] == "in"
                 and self.holds(row, r) and not same_bits(arg, self.view(row, inputs.tensors[row["name"]], r))]
 
@@ -91,11 +94,20 @@ class Placement:
             raise StageFailed(f"{what} wrote its In parameter {', '.join(written)}: inputs are read-only")
 
     def check_guards(self, what: str) -> None:
-        clobbered = [f"{g.name} ({side}){on_rank(r, self.world)}" for r, guards in enumerate(self.guards)
+        clobbered = [f"{g.name} ({side}){on_rank(r, self.world)}" for r, guards in self.guards.items()
                      for g in guards.values() for side in g.clobbered()]
         if clobbered:
             raise StageFailed(f"{what} wrote outside its outputs: the guard region {' and '.join(clobbered)} "
                               "lost its canary (before: below the first element, after: past the last)")
+
+    def sent(self, rank: int) -> dict:
+        """Rank `rank`'s outputs (argument index -> tensor), to send to where they are assembled."""
+        return {i: g.tensor for i, g in self.guards[rank].items()}
+
+    def receive(self, rank: int, outputs: dict) -> None:
+        """Rank `rank`'s outputs as another process `sent` them, into its buffers here."""
+        for i, tensor in outputs.items():
+            self.guards[rank][i].tensor.copy_(tensor)
 
     def outputs(self, what: str) -> dict:
         """The whole Out/InOut tensors: stacked slices stacked, a resident one from its rank, an
@@ -104,7 +116,7 @@ class Placement:
         for i, row in enumerate(self.table):
             if row["kind"] != "tensor" or row["direction"] == "in":
                 continue
-            copies = [guards[i].tensor for guards in self.guards]
+            copies = [guards[i].tensor for guards in self.guards.values()]
             where = self.placement.get(row["name"])
             if where == STACKED:
                 found[row["name"]] = torch.stack(copies)
@@ -140,11 +152,34 @@ class RankResult:
     placed: int
 
 
-class _Rank:
-    """The running rank's side: its phase (for the verdict) and the barrier its program may call."""
+class Rank:
+    """One rank's side of a multi-rank call, in its own process: it joins the group, runs a rank
+    program, leaves. `phase` says where it is, for the verdict when it fails."""
 
     def __init__(self, rank: int, world: int):
         self.rank, self.world, self.phase = rank, world, "joining the process group"
+
+    def join(self, device: str, timeout: float, address=None, meeting=None) -> None:
+        """Join the group (gloo; NCCL for a CUDA device, one GPU per rank on its machine) through the
+        TCPStore at `address`, or the store `meeting`; a collective may wait `timeout` seconds."""
+        if device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", self.rank)) % torch.cuda.device_count())
+        limit = datetime.timedelta(seconds=timeout)
+        store = meeting or dist.TCPStore(*address, is_master=False, timeout=limit)
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", store=store, rank=self.rank,
+                                world_size=self.world, timeout=limit)
+
+    def run(self, program, artifact, args: list) -> "RankResult":
+        """Load the kernel, place `args` on its device, run `program(kernel, placed_args, self)`, copy
+        what it left back into `args`."""
+        self.phase = "loading its kernel"
+        kernel = artifact.load()
+        placed = on_device(artifact, args)
+        self.phase = IN_KERNEL
+        value = program(kernel, placed, self)
+        back_to_host(args, placed)
+        self.phase = AFTER_KERNEL
+        return RankResult(value, sum(isinstance(a, torch.Tensor) for a in args))
 
     def sync(self) -> None:
         """Wait for every rank (a barrier); nothing in a world of one."""
@@ -153,35 +188,30 @@ class _Rank:
             dist.barrier()
         self.phase = IN_KERNEL
 
+    def leave(self) -> None:
+        self.phase = AFTER_KERNEL
+        dist.barrier()  # no rank leaves while a peer may still be in a collective with it
+        dist.destroy_process_group()
+
+    def failure(self, exc: Exception) -> RankFailure:
+        return RankFailure(self.phase, bool(_COMMUNICATION.search(str(exc))),
+                           "".join(traceback.format_exception(exc)).rstrip())
+
 
 def _rank_main(program, artifact, args: list, rank: int, world: int, address, timeout: float):
-    """Runs in the rank's process: join the group, load the kernel, place `args` on the device,
-    run `program(kernel, placed_args, rank)`, copy back, leave. An exception comes back as a
+    """Runs in a pool's rank process: join, run, leave (Rank). An exception comes back as a
     RankFailure; the process then ends without leaving the group (its peers see it at once)."""
-    me = _Rank(rank, world)
+    me = Rank(rank, world)
     try:
         if world > 1:
             torch.set_num_threads(max(1, torch.get_num_threads() // world))
-            if artifact.device == "cuda":
-                torch.cuda.set_device(rank % torch.cuda.device_count())
-            limit = datetime.timedelta(seconds=timeout)
-            store = dist.TCPStore(*address, is_master=False, timeout=limit)
-            dist.init_process_group("nccl" if artifact.device == "cuda" else "gloo", store=store, rank=rank,
-                                    world_size=world, timeout=limit)
-        me.phase = "loading its kernel"
-        kernel = artifact.load()
-        placed = on_device(artifact, args)
-        me.phase = IN_KERNEL
-        value = program(kernel, placed, me)
-        back_to_host(args, placed)
-        me.phase = AFTER_KERNEL
+            me.join(artifact.device, timeout, address)
+        result = me.run(program, artifact, args)
         if world > 1:
-            dist.barrier()  # no rank leaves while a peer may still be in a collective with it
-            dist.destroy_process_group()
+            me.leave()
     except Exception as exc:  # noqa: BLE001 -- judged by the caller with every rank's outcome
-        return RankFailure(me.phase, bool(_COMMUNICATION.search(str(exc))),
-                           "".join(traceback.format_exception(exc)).rstrip())
-    return RankResult(value, sum(isinstance(a, torch.Tensor) for a in args))
+        return me.failure(exc)
+    return result
 
 
 @contextlib.contextmanager
@@ -220,15 +250,15 @@ def run(program, artifact, placement: Placement, timeout: float, calls: int, wha
     budget = timeout * calls + (JOIN_SECONDS if world > 1 else 0)
     with _rendezvous(world, timeout) as address:
         jobs = [(_rank_main, (program, artifact, args, rank, world, address, timeout))
-                for rank, args in enumerate(placement.args)]
+                for rank, args in placement.args.items()]
         outcomes = isolate.call_all(jobs, budget,
                                     failed=lambda o: o.kind != "returned" or isinstance(o.value, RankFailure))
     if all(o.kind == "returned" and isinstance(o.value, RankResult) for o in outcomes):
         return [o.value for o in outcomes]
-    raise StageFailed(_verdict(outcomes, what))
+    raise StageFailed(verdict(outcomes, what))
 
 
-def _verdict(outcomes: list, what: str) -> str:
+def verdict(outcomes: list, what: str) -> str:
     """The failure of a pool, naming the rank(s) at fault first and what the others saw."""
     world = len(outcomes)
 

@@ -2,6 +2,9 @@
 and the library's multi-rank kernels at world sizes 2 and 4."""
 import dataclasses
 import json
+import socket
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -64,7 +67,7 @@ def failed(phase, communication, text="RuntimeError: boom"):
     ([failed(ranks.AFTER_KERNEL, True), failed(ranks.IN_KERNEL, True)], 1, "hung in a collective in its kernel"),
 ])
 def test_the_verdict_names_the_rank_at_fault_not_its_victims(outcomes, culprit, said):
-    verdict = ranks._verdict(outcomes, "the kernel of k")
+    verdict = ranks.verdict(outcomes, "the kernel of k")
     first, *rest = verdict.splitlines()
     assert first.startswith(f"the kernel of k failed on rank {culprit} (of 2): {said}")
     assert "what the other ranks saw:" in rest and f"  rank {1 - culprit}: a failed collective" in "\n".join(rest)
@@ -273,6 +276,33 @@ def test_ranks_variable_runs_every_multi_rank_case_at_that_world_size(ranked):
     assert row["status"] == "PASS" and len(row["rank_us"]) == 4
     proc = ranked.console("verify:good", "ranks=x")
     assert proc.returncode != 0 and "golden-tasks: doit variable ranks='x' is not a world size" in proc.stderr
+
+
+def torchrun(project, case: str) -> tuple[list, str]:
+    """Two groups of processes (two torchrun agents, one rank each), as on two machines, meeting
+    through MASTER_ADDR and MASTER_PORT: their exit codes, and what rank 0's group printed."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    groups = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(n),
+                                "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                                "-m", "golden_tasks.cli", "rank", case], cwd=project.path, env=project.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in range(2)]
+    said = [g.communicate(timeout=600)[0] for g in groups]
+    return [g.returncode for g in groups], said[0]
+
+
+def test_a_case_runs_across_groups_of_processes_started_by_torchrun(ranked):
+    codes, said = torchrun(ranked, "good")
+    assert codes == [0, 0] and "good: PASS" in said, said
+    codes, said = torchrun(ranked, "raises")
+    assert codes[0] != 0 and codes[1] != 0
+    assert "raises: FAIL\nthe kernel of raises failed on rank 1 (of 2): an error in its kernel" in said, said
+    assert "IndexError: row 7 is out of range on this rank" in said
+    proc = ranked.cli("rank", "good")  # not started by a launcher
+    assert proc.returncode == 2
+    assert "golden-tasks rank: not started by a launcher: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK not set" \
+        in proc.stderr
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a CUDA device per rank; this machine has "
