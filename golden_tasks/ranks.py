@@ -11,8 +11,9 @@ into whole tensors. `run` starts every rank at once as an isolated call
 rounds). With more than one rank they meet in a torch.distributed process group
 (gloo; NCCL for CUDA artifacts) through a TCPStore the caller hosts on a
 loopback port the system picks for this pool alone, so concurrent pools never
-collide. Each rank places its tensors on its device once, runs the program,
-copies back once and leaves the group.
+collide. Each rank (Rank: also what a launched process runs, golden_tasks.launched)
+places its tensors on its device once, runs the program, copies back once and
+leaves the group.
 
 A fault names its rank. Collective errors name no rank, and a crash makes every
 peer fail too (connection reset), so the caller judges from all the ranks'

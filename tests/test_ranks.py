@@ -35,7 +35,7 @@ def test_each_rank_gets_its_view_and_outputs_come_back_whole():
     assert p.args[0][0].tolist() == p.args[1][0].tolist() == [0, 1, 2]
     assert p.args[0][1].tolist() == [0, 1, 2] and p.args[1][1].tolist() == [3, 4, 5]
     assert p.args[0][2].tolist() == [0, 0, 0] and p.args[1][2].tolist() == [7, 7, 7]  # rank 0: a buffer only
-    assert all(a.is_shared() for args in p.args for a in args)
+    assert all(a.is_shared() for args in p.args.values() for a in args)
     for r in range(2):  # what the kernel on each rank writes
         p.args[r][3].copy_(torch.tensor([r, r + 0.5]))
         p.args[r][4].add_(1)
