@@ -181,28 +181,25 @@ def good(x: In, out: Out):
     dist.all_reduce(out)
 
 
-@jit(ranks=2)
-def raises(x: In, out: Out):
-    if dist.get_rank() == 1:
-        raise IndexError("row 7 is out of range on this rank")
-    out.copy_(x)
-    dist.all_reduce(out)
+def faulty(name, rank, fault):
+    """An all-reduce whose rank `rank` does `fault()` first."""
+    def kernel(x: In, out: Out):
+        if dist.get_rank() == rank:
+            fault()
+        out.copy_(x)
+        dist.all_reduce(out)
+    kernel.__name__ = name
+    return jit(kernel, ranks=2)
 
 
-@jit(ranks=2)
-def exits(x: In, out: Out):
-    if dist.get_rank() == 1:
-        os._exit(3)
-    out.copy_(x)
-    dist.all_reduce(out)
+def index_error():
+    raise IndexError("row 7 is out of range on this rank")
 
 
-@jit(ranks=2)
-def segfaults(x: In, out: Out):
-    if dist.get_rank() == 0:
-        ctypes.string_at(0)
-    out.copy_(x)
-    dist.all_reduce(out)
+raises = faulty("raises", 1, index_error)
+exits = faulty("exits", 1, lambda: os._exit(3))
+segfaults = faulty("segfaults", 0, lambda: ctypes.string_at(0))
+sleeps = faulty("sleeps", 1, lambda: time.sleep(3600))
 
 
 @jit(ranks=2)
@@ -211,14 +208,6 @@ def hangs_in_a_collective(x: In, out: Out):
     dist.all_reduce(out)
     if dist.get_rank() == 1:
         dist.recv(torch.empty(1), src=0)  # nobody sends
-
-
-@jit(ranks=2)
-def sleeps(x: In, out: Out):
-    if dist.get_rank() == 1:
-        time.sleep(3600)
-    out.copy_(x)
-    dist.all_reduce(out)
 
 
 CASES = [Case(k.name, kernel=k, golden=golden, specs=specs, rounds=3, warmup=1, timeout=3, atol=1e-5)
