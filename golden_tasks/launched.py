@@ -73,12 +73,11 @@ def verify(root: Path, case_name: str) -> tuple[int, str]:
     return (0 if verdict == "PASS" or verdict.startswith("SKIPPED") else 1), f"{case_name}: {verdict}"
 
 
-def _meeting(rank: int, world: int, case_name: str, timeout: float):
-    """The launcher's store, under a prefix for this case: torchrun's agent hosts it (it says so with
-    TORCHELASTIC_USE_AGENT_STORE), else rank 0 does, at MASTER_ADDR:MASTER_PORT."""
-    host = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" and rank == 0
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size=world,
-                          is_master=host, timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
+def _meeting(case_name: str, timeout: float, host: bool = False):
+    """(the launcher's store at MASTER_ADDR:MASTER_PORT, the same under a prefix for this case); with
+    `host`, this process hosts it (rank 0, when no torchrun agent does)."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=host,
+                          timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
     return store, dist.PrefixStore(f"golden-tasks/{case_name}/", store)
 
 
@@ -95,9 +94,7 @@ def _end_when_judged(case_name: str, seconds: float, ran: threading.Event) -> No
     """A daemon thread's work: once rank 0 has given its verdict (or after `seconds`), a rank whose
     kernel has not returned (`ran`) has hung in it; end its process, which its launcher would
     wait for."""
-    meeting = dist.PrefixStore(f"golden-tasks/{case_name}/", dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-        timeout=datetime.timedelta(seconds=seconds)))
+    _, meeting = _meeting(case_name, seconds)
     _wait(meeting, ["verdict"], seconds)
     if not ran.wait(GRACE_SECONDS):
         os._exit(1)
@@ -118,7 +115,9 @@ def _rank(plan, store, rank: int, world: int) -> str:
     what = f"the kernel of {plan.case}"
     placement = ranks.Placement(abi.meta.table, abi.meta.placement, inputs, world, None if rank == 0 else [rank])
     golden_seconds = graph.BY_NAME["golden"].budget(plan)
-    store_, meeting = _meeting(rank, world, plan.case, graph.BY_NAME["compile"].budget(plan) + golden_seconds)
+    # torchrun's agent hosts the store (it says so with TORCHELASTIC_USE_AGENT_STORE), else rank 0 does
+    _, meeting = _meeting(plan.case, graph.BY_NAME["compile"].budget(plan) + golden_seconds,
+                               host=rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True")
     meeting.set(f"ready/{rank}", "1")
     if late := _wait(meeting, [f"ready/{r}" for r in range(world)], graph.BY_NAME["compile"].budget(plan)):
         return f"FAIL\n{what}: ranks {', '.join(k.split('/')[1] for k in late)} never came (launch them all)"
@@ -151,7 +150,6 @@ def _rank(plan, store, rank: int, world: int) -> str:
         return "FAIL\nrank 0 gave no verdict"
     verdict = meeting.get("verdict").decode()
     meeting.set(f"done/{rank}", "1")
-    del store_
     return verdict
 
 

@@ -267,12 +267,16 @@ def test_ranks_variable_runs_every_multi_rank_case_at_that_world_size(ranked):
     assert proc.returncode != 0 and "golden-tasks: doit variable ranks='x' is not a world size" in proc.stderr
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def torchrun(project, case: str) -> tuple[list, str]:
     """Two groups of processes (two torchrun agents, one rank each), as on two machines, meeting
     through MASTER_ADDR and MASTER_PORT: their exit codes, and what rank 0's group printed."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     groups = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(n),
                                 "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
                                 "-m", "golden_tasks.cli", "rank", case], cwd=project.path, env=project.env,
@@ -288,6 +292,14 @@ def test_a_case_runs_across_groups_of_processes_started_by_torchrun(ranked):
     assert codes[0] != 0 and codes[1] != 0
     assert "raises: FAIL\nthe kernel of raises failed on rank 1 (of 2): an error in its kernel" in said, said
     assert "IndexError: row 7 is out of range on this rank" in said
+    # any launcher that sets the four variables: here two plain processes, rank 0 hosting the store
+    port = free_port()
+    plain = [subprocess.Popen([sys.executable, "-m", "golden_tasks.cli", "rank", "good"], cwd=ranked.path,
+                              env={**ranked.env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                   "WORLD_SIZE": "2", "RANK": str(r)}, stdout=subprocess.PIPE, text=True)
+             for r in range(2)]
+    said = [p.communicate(timeout=600)[0] for p in plain]
+    assert [p.returncode for p in plain] == [0, 0] and said == ["good: PASS\n", ""], said
     proc = ranked.cli("rank", "good")  # not started by a launcher
     assert proc.returncode == 2
     assert "golden-tasks rank: not started by a launcher: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK not set" \
