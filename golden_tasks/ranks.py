@@ -165,10 +165,13 @@ class Rank:
         TCPStore at `address`, or the store `meeting`; a collective may wait `timeout` seconds."""
         if device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", self.rank)) % torch.cuda.device_count())
-        limit = datetime.timedelta(seconds=timeout)
-        store = meeting or dist.TCPStore(*address, is_master=False, timeout=limit)
+        store = meeting or dist.TCPStore(*address, is_master=False, timeout=datetime.timedelta(seconds=JOIN_SECONDS))
+        # every rank first waits (up to JOIN_SECONDS) for the others to arrive: on a loaded machine a rank
+        # may start late, and the group's own wait is the case's timeout, meant for the kernel's collectives
+        store.set(f"arrived/{self.rank}", "1")
+        store.wait([f"arrived/{r}" for r in range(self.world)], datetime.timedelta(seconds=JOIN_SECONDS))
         dist.init_process_group("nccl" if device == "cuda" else "gloo", store=store, rank=self.rank,
-                                world_size=self.world, timeout=limit)
+                                world_size=self.world, timeout=datetime.timedelta(seconds=timeout))
 
     def run(self, program, artifact, args: list) -> "RankResult":
         """Load the kernel, place `args` on its device, run `program(kernel, placed_args, self)`, copy
