@@ -3,16 +3,17 @@ variables (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK), one process per rank, on
 several. Every process runs `golden-tasks rank CASE`:
 
     torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr HOST --master-port 29500 \\
-        $(which golden-tasks) rank decode_hca_tp          # and --node-rank 1 on the second machine
+        -m golden_tasks.cli rank decode_hca_tp          # and --node-rank 1 on the second machine
 
 Each process plans the library at WORLD_SIZE ranks (as `ranks=N` would) and walks the graph for
 the case's abi, compile and inputs with its own cache: they are deterministic, so every machine
-computes (or finds) the same. It joins the launcher's group (env://), runs the kernel once on its
-view of the arguments (ranks.Rank), checks its inputs and guard regions, and sends its outputs and
-outcome to rank 0. Rank 0 judges the ranks' outcomes as a pool does (ranks.Placement assembles the
-whole outputs), runs the golden through the graph, validates, and every process exits with the
-verdict: 0 for PASS (or SKIPPED), 1 for FAIL, 2 for a launch it cannot use. The processes are the
-launcher's: a crash ends that process, and the launcher ends the others.
+computes (or finds) the same. The ranks meet through the launcher's store at MASTER_ADDR:MASTER_PORT
+and form their group there; each runs the kernel once on its view of the arguments (ranks.Rank),
+checks its inputs and guard regions, and sends its outputs and outcome to rank 0 through the store.
+Rank 0 judges the ranks' outcomes as a pool does (ranks.Placement assembles the whole outputs),
+runs the golden through the graph and validates, and every process exits with the verdict: 0 for
+PASS (or SKIPPED), 1 for FAIL, 2 for a launch it cannot use. The processes are the launcher's: a
+crash ends that process, and the launcher ends the others.
 """
 import datetime
 import os
@@ -117,7 +118,7 @@ def _rank(plan, store, rank: int, world: int) -> str:
     golden_seconds = graph.BY_NAME["golden"].budget(plan)
     # torchrun's agent hosts the store (it says so with TORCHELASTIC_USE_AGENT_STORE), else rank 0 does
     _, meeting = _meeting(plan.case, graph.BY_NAME["compile"].budget(plan) + golden_seconds,
-                               host=rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True")
+                          host=rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True")
     meeting.set(f"ready/{rank}", "1")
     if late := _wait(meeting, [f"ready/{r}" for r in range(world)], graph.BY_NAME["compile"].budget(plan)):
         return f"FAIL\n{what}: ranks {', '.join(k.split('/')[1] for k in late)} never came (launch them all)"
