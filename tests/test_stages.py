@@ -114,3 +114,43 @@ def test_bench_measures_rounds():
     stats = measure(lambda: calls.append(1), warmup=3, rounds=7)
     assert len(calls) == 10 and stats["rounds"] == 7
     assert 0 <= stats["min"] <= stats["median"] <= stats["max"] and stats["min"] <= stats["mean"] <= stats["max"]
+
+
+class FakeClock:
+    """A clock that advances by the next of `rounds` (seconds) on every timed call."""
+
+    def __init__(self, rounds):
+        self.now, self.rounds = 0.0, iter(rounds)
+
+    def __call__(self):
+        return self.now
+
+    def call(self):
+        self.now += next(self.rounds)
+
+
+def test_adaptive_rounds_stop_on_noise_budget_or_round_count():
+    from golden_tasks.stages import adaptive_rounds
+
+    steady = FakeClock([1.0] * 5 + [0.01] * 100)  # 5 warmup calls, then identical rounds
+    times, why = adaptive_rounds(steady.call, 5, 10, 1000, 0.01, 60.0, clock=steady)
+    assert why == "noise" and len(times) == 10  # no fewer than min_rounds, even with no noise
+    noisy = FakeClock([0.01, 0.05] * 500)
+    times, why = adaptive_rounds(noisy.call, 0, 10, 1000, 0.001, 1.0, clock=noisy)
+    assert why == "budget" and len(times) == 34  # 0.03 s a round on average: the 1 s budget is spent after 34
+    times, why = adaptive_rounds(noisy.call, 0, 10, 20, 0.001, 60.0, clock=noisy)
+    assert why == "rounds" and len(times) == 20
+    seen = []  # every rank decides on the agreed (slowest) times: steady here, but a noisy peer keeps it going
+    slow = FakeClock([0.01] * 100)
+    times, why = adaptive_rounds(slow.call, 0, 5, 100, 0.01, 60.0, clock=slow,
+                                 agree=lambda us, s: seen.append(us) or (us * (2 + len(seen) % 2), s))
+    assert why == "rounds" and len(times) == 100 and len(seen) == 100
+
+
+def test_summary_reports_spread_noise_floor_and_outliers_without_dropping_them():
+    from golden_tasks.stages import summary
+
+    stats = summary([10.0, 11.0, 10.0, 12.0, 11.0, 10.0, 50.0], warmup=2)
+    assert stats["rounds"] == 7 and stats["max"] == 50.0 and stats["outliers"] == [50.0]
+    assert stats["iqr"] == 1.5 and stats["std"] > 0 and 0 < stats["rse"] < 1
+    assert summary([5.0], warmup=0)["rse"] is None

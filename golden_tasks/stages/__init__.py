@@ -23,24 +23,61 @@ def same_bits(a, b) -> bool:
 def time_rounds(call, warmup: int, rounds: int, sync=None) -> list:
     """The wall time of each of `rounds` calls of `call` in microseconds, after `warmup` untimed
     ones; `sync()` (a barrier across ranks) before and after every call, outside its time."""
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(rounds):
-        if sync:
-            sync()
-        start = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - start) * 1e6)
-        if sync:
-            sync()
+    def synced(us, elapsed):
+        sync()
+        return us, elapsed
+
+    times, _ = adaptive_rounds(call, warmup, rounds, rounds, 0.0, float("inf"), before=sync,
+                               agree=synced if sync else None)
     return times
 
 
+def adaptive_rounds(call, warmup: int, min_rounds: int, max_rounds: int, target_rse: float, budget_s: float,
+                    before=None, agree=None, clock=time.perf_counter) -> tuple[list, str]:
+    """Time `call` after `warmup` untimed calls until the relative standard error of the mean round
+    falls to `target_rse` (at least `min_rounds` rounds), or `budget_s` seconds of timing are spent,
+    or `max_rounds` rounds are done: (round times in microseconds, why it stopped: "noise",
+    "budget" or "rounds"). `before()` runs before each timed call and `agree(us, elapsed_s)` after it,
+    both outside its time; `agree` returns the values every rank decides on (the slowest rank's round
+    and elapsed time, for several ranks), so that all ranks stop after the same round."""
+    for _ in range(warmup):
+        call()
+    times, decided, start = [], [], clock()
+    while len(times) < max_rounds:
+        if before:
+            before()
+        t0 = clock()
+        call()
+        times.append((clock() - t0) * 1e6)
+        us, elapsed = agree(times[-1], clock() - start) if agree else (times[-1], clock() - start)
+        decided.append(us)
+        if len(decided) >= min_rounds:
+            if relative_standard_error(decided) <= target_rse:
+                return times, "noise"
+            if elapsed >= budget_s:
+                return times, "budget"
+    return times, "rounds"
+
+
+def relative_standard_error(times: list) -> float:
+    """The standard error of the mean over the mean (inf for fewer than two rounds or a zero mean)."""
+    mean = statistics.fmean(times)
+    if len(times) < 2 or mean <= 0:
+        return float("inf")
+    return statistics.stdev(times) / len(times) ** 0.5 / mean
+
+
 def summary(times: list, warmup: int) -> dict:
-    """min / median / mean / max of round times, with rounds and warmup."""
+    """min / median / mean / max, std, IQR, the noise floor reached (relative standard error of the
+    mean) and the outliers (beyond 1.5 IQR of the quartiles: reported, never dropped), with rounds
+    and warmup."""
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else times * 3
+    fence = 1.5 * (q3 - q1)
     return {"min": min(times), "median": statistics.median(times), "mean": statistics.fmean(times),
-            "max": max(times), "rounds": len(times), "warmup": warmup}
+            "max": max(times), "std": statistics.stdev(times) if len(times) > 1 else 0.0, "iqr": q3 - q1,
+            "rse": rse if (rse := relative_standard_error(times)) != float("inf") else None,
+            "outliers": [t for t in times if t < q1 - fence or t > q3 + fence],
+            "rounds": len(times), "warmup": warmup}
 
 
 def measure(call, warmup: int, rounds: int) -> dict:
