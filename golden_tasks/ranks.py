@@ -192,6 +192,15 @@ class Rank:
             dist.barrier()
         self.phase = IN_KERNEL
 
+    def agree(self, us: float, elapsed: float) -> tuple[float, float]:
+        """After a timed call: the slowest rank's round time and elapsed time, the same on every rank
+        (an all-reduce, which also waits for every rank, as a barrier would)."""
+        self.phase = "in a barrier between calls"
+        values = torch.tensor([us, elapsed], dtype=torch.float64)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        self.phase = IN_KERNEL
+        return values[0].item(), values[1].item()
+
     def leave(self) -> None:
         self.phase = AFTER_KERNEL
         dist.barrier()  # no rank leaves while a peer may still be in a collective with it

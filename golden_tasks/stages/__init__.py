@@ -20,18 +20,6 @@ def same_bits(a, b) -> bool:
     return a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
 
 
-def time_rounds(call, warmup: int, rounds: int, sync=None) -> list:
-    """The wall time of each of `rounds` calls of `call` in microseconds, after `warmup` untimed
-    ones; `sync()` (a barrier across ranks) before and after every call, outside its time."""
-    def synced(us, elapsed):
-        sync()
-        return us, elapsed
-
-    times, _ = adaptive_rounds(call, warmup, rounds, rounds, 0.0, float("inf"), before=sync,
-                               agree=synced if sync else None)
-    return times
-
-
 def adaptive_rounds(call, warmup: int, min_rounds: int, max_rounds: int, target_rse: float, budget_s: float,
                     before=None, agree=None, clock=time.perf_counter) -> tuple[list, str]:
     """Time `call` after `warmup` untimed calls until the relative standard error of the mean round
@@ -81,8 +69,8 @@ def summary(times: list, warmup: int) -> dict:
 
 
 def measure(call, warmup: int, rounds: int) -> dict:
-    """The summary of timing `call` (time_rounds)."""
-    return summary(time_rounds(call, warmup, rounds), warmup)
+    """The summary of timing `call` for exactly `rounds` rounds (adaptive_rounds)."""
+    return summary(adaptive_rounds(call, warmup, rounds, rounds, 0.0, float("inf"))[0], warmup)
 
 
 def spec_seed(seed: int, name: str) -> int:

@@ -9,7 +9,7 @@ import functools
 
 from .. import ranks
 from ..outputs import Meta, Stats
-from . import Outputs, load_checked, summary, time_rounds
+from . import Outputs, adaptive_rounds, load_checked, summary
 
 # A rank is persistently slower when it is the slowest in this share of at least this many rounds and
 # its median exceeds the fastest rank's by this factor (noise alone rarely does all three).
@@ -17,8 +17,12 @@ IMBALANCE_SHARE, IMBALANCE_ROUNDS, IMBALANCE_RATIO = 0.75, 10, 1.10
 
 
 def time_kernel(kernel, args: list, rank, warmup: int, rounds: int) -> list:
-    """Runs in each rank: the kernel's time in each round, in microseconds."""
-    return time_rounds(lambda: kernel(*args), warmup, rounds, rank.sync if rank.world > 1 else None)
+    """Runs in each rank: the kernel's time in each round, in microseconds (several ranks: a barrier
+    before each round, and after it an all-reduce that gives every rank the round's slowest time)."""
+    several = rank.world > 1
+    times, _ = adaptive_rounds(lambda: kernel(*args), warmup, rounds, rounds, 0.0, float("inf"),
+                               before=rank.sync if several else None, agree=rank.agree if several else None)
+    return times
 
 
 def rank_stats(per_rank: list, warmup: int, placed: list) -> dict:
