@@ -24,10 +24,10 @@ from pathlib import Path
 
 from . import config
 from .hashing import digest_file, digest_json
-from .outputs import AbiMeta, CompileMeta, InputsMeta, Meta, Outputs, Stats, ValidateMeta
+from .outputs import AbiMeta, BenchMeta, CompileMeta, InputsMeta, Meta, Outputs, Stats, ValidateMeta
 from .plan import Plan, keyed_fields
 from .store import CorruptObject, Entry, Store, object_problem
-from .toolchain import toolchain
+from .toolchain import machine, toolchain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +40,8 @@ class Stage:
     torch: bool = True  # computes with torch (its worker sizes the thread pools first)
     budget: object = None  # live stages: plan -> seconds its isolated run may take before it counts as hung
     meta: type = Meta  # the type of its outputs' meta (golden_tasks.outputs)
+    timing: bool = False  # measures time: the machine enters its key (toolchain.machine)
+    replayed: bool = True  # a replay runs it when its outputs are not saved (it needs no kernel module)
 
     @property
     def plan_fields(self) -> tuple:
@@ -52,18 +54,37 @@ class Stage:
 COMPILE_SECONDS = 1800.0
 
 
+def _making(plan: Plan) -> float:
+    """Seconds to make a case's tensors and run its golden once."""
+    return plan.timeout * (1 + len(plan.specs))
+
+
+def _timing(plan: Plan) -> float:
+    """Seconds a timing of the golden may take (stages.Rounds.longest)."""
+    from .stages import Rounds  # noqa: PLC0415 -- the stages package imports no torch at its top
+
+    return Rounds(**plan.bench).longest(plan.timeout) + _making(plan)
+
+
 STAGES = (
     Stage("abi", "check the specs against the kernel's parameter table", live=False, torch=False, meta=AbiMeta),
     Stage("compile", "compile the kernel for the spec shapes (scalar values are compiled in)", reads=("abi",),
           budget=lambda plan: COMPILE_SECONDS + 2 * plan.timeout, meta=CompileMeta),
     Stage("inputs", "generate the seeded In/InOut tensors (or read them from a data dir)", reads=("abi",),
-          budget=lambda plan: plan.timeout * (1 + len(plan.specs)), meta=InputsMeta),
+          budget=_making, meta=InputsMeta),
     Stage("golden", "run the golden on the inputs (or read its outputs from a data dir)", reads=("abi", "inputs"),
-          budget=lambda plan: plan.timeout * (1 + len(plan.specs) + plan.bench["warmup"] + plan.bench["rounds"])),
+          budget=_making),
     Stage("dispatch", "run the compiled kernel on the inputs", reads=("abi", "compile", "inputs"), live=False),
     Stage("validate", "compare the kernel's outputs with the golden's", reads=("dispatch", "golden", "inputs"),
           budget=lambda plan: 2 * plan.timeout, meta=ValidateMeta),
-    Stage("bench", "time the kernel", reads=("abi", "compile", "inputs"), after=("validate",), live=False),
+    Stage("inputs2", "a second input set (seed + 1), for the benchmark's recheck", reads=("abi",),
+          budget=_making, meta=InputsMeta),
+    Stage("golden2", "run the golden on the second input set", reads=("abi", "inputs2"), budget=_making),
+    Stage("bench", "time the kernel; recheck its last timed round and its outputs on the second input set",
+          reads=("abi", "compile", "inputs", "golden", "validate", "inputs2", "golden2"), live=False,
+          meta=BenchMeta, timing=True),
+    Stage("golden_bench", "time the golden on the inputs", reads=("abi", "inputs"), after=("golden",),
+          budget=_timing, timing=True, replayed=False),
 )
 BY_NAME = {s.name: s for s in STAGES}
 
@@ -86,6 +107,7 @@ def recipe(stage: Stage, plan: Plan, upstream: dict) -> dict:
         "stage": stage.name,
         "pipeline": pipeline_version(),
         "toolchain": toolchain(),
+        **({"machine": machine()} if stage.timing else {}),
         "plan": plan.keyed(stage.name),
         "upstream": {n: e.digest for n, e in upstream.items()},
     }
@@ -214,7 +236,7 @@ def replay(plan: Plan, saved: dict, case, workdir: Path) -> dict:
     replayed. `case` provides what those stages read of the case (for validate: its policy)."""
     outputs = dict(saved)
     for stage in STAGES:
-        if stage.name not in outputs:
+        if stage.name not in outputs and stage.replayed:
             # a tensor mapped from a saved file cannot cross into an isolated child; a copy can
             inputs = {n: dataclasses.replace(outputs[n], tensors={k: t.clone() for k, t in outputs[n].tensors.items()})
                       if stage.live else outputs[n] for n in stage.reads}

@@ -56,14 +56,26 @@ class InputsMeta(Meta):
 class ValidateMeta(Meta):
     outputs: list = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
     max_abs: float = None
+    # comparisons that cannot catch a wrong kernel (a golden a kernel writing zeros would match): the
+    # report flags them; they do not fail the case
+    warnings: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchMeta(Meta):
+    """What the benchmark checked besides timing: its last timed round's outputs against the golden, and
+    the kernel's outputs on the second input set (inputs2) in the same processes, so a kernel right only
+    on its first call, or one returning a result it cached, fails. `second_set` is "checked" or why not."""
+    second_set: str = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Stats:
-    """Timings, outside the entry's digest. A timing is {min, median, mean, max} in microseconds
-    with its rounds and warmup."""
+    """Timings, outside the entry's digest. A timing is stages.summary's: min, median, mean, max, std,
+    iqr, the noise floor reached (rse), outliers and every round's time in microseconds, with its rounds,
+    warmup and why it stopped; and where it was measured (threads, device)."""
     seconds: float = None  # the stage's own run (set by the graph)
-    golden_us: dict = None  # golden: the golden function's timing
+    golden_us: dict = None  # golden_bench: the golden function's timing
     kernel_us: dict = None  # bench: the kernel's timing
 
     @classmethod

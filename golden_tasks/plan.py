@@ -26,7 +26,11 @@ from typing import ClassVar
 
 # Stages that run user code, dispatch and bench included: they may read the files and variables
 # a case declares (Case.file_deps, Case.env_deps).
-_RUNS_USER_CODE = ("compile", "inputs", "golden", "dispatch", "validate", "bench")
+_RUNS_USER_CODE = ("compile", "inputs", "golden", "dispatch", "validate", "inputs2", "golden2", "bench",
+                   "golden_bench")
+# The stages that make the inputs and run the golden on them, for either input set, or time it.
+_MAKING_INPUTS = ("inputs", "inputs2")
+_RUNNING_GOLDEN = ("golden", "golden2", "golden_bench")
 EVERY_KEY = "every stage's key"
 
 
@@ -61,15 +65,41 @@ def _options(values: dict, old: dict) -> dict:
     return {**old, **extra}  # merged over the case's own options
 
 
+def _count(least: int):
+    def parse(name: str, text: str) -> int:
+        if not text.isdigit() or int(text) < least:
+            raise ValueError(f"doit variable {name}={text!r} is not an integer >= {least}")
+        return int(text)
+    return parse
+
+
+def _positive(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0:
+        raise ValueError(f"doit variable {name}={text!r} is not a number > 0")
+    return value
+
+
+def _switch(name: str, text: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(f"doit variable {name}={text!r} is not 0 or 1")
+    return text == "1"
+
+
+# The benchmark's settings a doit variable overrides (stages.Rounds has them all).
+_BENCH_VARIABLES = {"warmup": _count(0), "rounds": _count(1), "rse": _positive, "budget": _positive,
+                    "flush": _switch}
+
+
 def _bench(values: dict, old: dict) -> dict:
-    new = dict(old)
-    for name, least in (("warmup", 0), ("rounds", 1)):
-        if name in values:
-            text = values[name]
-            if not text.isdigit() or int(text) < least:
-                raise ValueError(f"doit variable {name}={text!r} is not an integer >= {least}")
-            new[name] = int(text)
-    return new
+    return {**old, **{name: parse(name, values[name]) for name, parse in _BENCH_VARIABLES.items() if name in values}}
+
+
+def _fresh(values: dict, old) -> str:
+    return uuid.uuid4().hex if _switch("fresh", values["fresh"]) else old
 
 
 def _timeout(values: dict, old: float) -> float:
@@ -95,9 +125,10 @@ class Plan:
                           replay="the kernel's parameter list changed; the saved artifact has the old ABI")
     signature: list = _field("case", ("abi", "compile"), default=[],
                              replay="the specs' shapes, dtypes or scalar values changed")
-    specs: list = _field("case", ("inputs", "golden"), default=[],
+    specs: list = _field("case", (*_MAKING_INPUTS, *_RUNNING_GOLDEN), default=[],
                          replay="the saved inputs may not be what the case generates now")
-    seed: int = _field("case", ("inputs", "golden"), default=0, replay="the saved inputs come from another seed")
+    seed: int = _field("case", (*_MAKING_INPUTS, *_RUNNING_GOLDEN), default=0,
+                       replay="the saved inputs come from another seed")
     kernel: str = _field("case", ("compile",),
                          replay="the saved artifact is not your current kernel; `doit verify:{case}` rebuilds it")
     backend: str = _field("run", ("compile",), variable=Variable(("backend",), _backend))
@@ -106,14 +137,17 @@ class Plan:
     ranks: int = _field("case", ("abi", "compile", "dispatch", "bench"), default=1,
                         replay="the world size changed; the saved artifact and placement are for the old one")
     options: dict = _field("run", ("compile",), variable=Variable(("options",), _options), default={})
-    golden: str = _field("case", ("golden",), replay="the saved golden may no longer be the intended reference")
+    golden: str = _field("case", _RUNNING_GOLDEN, replay="the saved golden may no longer be the intended reference")
     policy: str = _field("case", ("validate",),
                          replay="the saved validation policy (tolerances, comparators) differs from the case's")
-    bench: dict = _field("run", ("golden", "bench"), variable=Variable(("warmup", "rounds"), _bench),
-                         default={"warmup": 5, "rounds": 100})
-    data_in: dict = _field("case", ("inputs",), default={},
+    # stages.Rounds: how long the kernel and the golden are timed
+    bench: dict = _field("run", ("bench", "golden_bench"), variable=Variable(tuple(_BENCH_VARIABLES), _bench),
+                         default={})
+    # `fresh=1`: a new value, so that the timings are measured again (the verdicts stay cached)
+    fresh: str = _field("run", ("bench", "golden_bench"), variable=Variable(("fresh",), _fresh))
+    data_in: dict = _field("case", _MAKING_INPUTS, default={},
                            replay="the saved inputs come from other data files than the case's now")
-    data_out: dict = _field("case", ("golden",), default={},
+    data_out: dict = _field("case", ("golden", "golden2"), default={},
                             replay="the saved golden comes from other data files than the case's now")
     external: dict = _field("case", _RUNS_USER_CODE, default={"files": {}, "env": {}},
                             replay="the files or variables the case declares (file_deps, env_deps) changed")

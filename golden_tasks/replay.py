@@ -22,7 +22,7 @@ from .fingerprint import changed_parts
 from .hashing import digest_file
 from .outputs import POLICY_FILE, ValidateMeta
 from .plan import REPLAY_MEANING, from_json
-from .runtime import MANIFEST, records, saved_outputs, saved_plan
+from .runtime import FORMAT, MANIFEST, records, saved_outputs, saved_plan
 from .toolchain import toolchain
 
 
@@ -46,6 +46,9 @@ def _read_manifest(path: Path) -> dict:
         raise ReplayError(f"{path} is not a runtime dir: no {MANIFEST}") from None
     except ValueError as exc:
         raise ReplayError(f"{path / MANIFEST} is not valid JSON: {exc}") from None
+    if manifest.get("format") != FORMAT:
+        raise ReplayError(f"{path} was written by another version of golden-tasks (format {manifest.get('format')}, "
+                          f"this one reads {FORMAT}): verify the case again to rewrite it")
     return manifest
 
 

@@ -2,7 +2,7 @@
 import json
 
 from .graph import STAGES, snapshot
-from .outputs import Stats, ValidateMeta
+from .outputs import BenchMeta, Stats, ValidateMeta
 from .plan import FailedPlan, Plan
 from .store import atomic_write
 
@@ -11,28 +11,37 @@ RAN, CACHED, FAILED, NOT_RUN = "ran", "cached", "FAILED", "-"
 
 
 def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict:
-    """The summary of one case from its stage states and its cached entries."""
+    """The summary of one case from its stage states and its cached entries (the row of the run
+    record: see docs/reports.md)."""
     row = {"case": plan.case, "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
-           "max_abs": None, "kernel_us": None, "golden_us": None, "speedup": None, "rank_us": None,
-           "imbalance": None,
-           "errors": errors, "skipped": None}
+           "max_abs": None, "outputs": [], "warnings": [], "kernel_us": None, "golden_us": None, "speedup": None,
+           "speedup_err": None, "kernel_timing": None, "golden_timing": None, "rank_us": None, "imbalance": None,
+           "keys": {}, "seconds": None, "errors": errors, "skipped": None}
     if plan.error:
         row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan.error})
         return row
     entries = snapshot(plan, store)
-    validate, golden, bench = entries["validate"], entries["golden"], entries["bench"]
+    row["keys"] = {name: entry and entry.key for name, entry in entries.items()}
+    row["seconds"] = sum(Stats.of(entries[name]).seconds or 0.0 for name, state in row["stages"].items()
+                         if state == RAN and entries[name])
+    validate, bench, timed_golden = entries["validate"], entries["bench"], entries["golden_bench"]
     verdict = validate and ValidateMeta.of(validate)
     if verdict:
-        row["max_abs"] = verdict.max_abs
-    if golden and (timing := Stats.of(golden).golden_us):
-        row["golden_us"] = timing["median"]
+        row.update(max_abs=verdict.max_abs, outputs=verdict.outputs, warnings=list(verdict.warnings))
+    if bench and (second := BenchMeta.of(bench).second_set) and second != "checked":
+        row["warnings"].append(f"the benchmark's second input set was {second}")
+    if timed_golden and (timing := Stats.of(timed_golden).golden_us):
+        row.update(golden_us=timing["median"], golden_timing=timing)
     if bench and (timing := Stats.of(bench).kernel_us):  # a skipped bench has none
-        row["kernel_us"] = timing["median"]  # several ranks: of each round's slowest rank
+        row.update(kernel_us=timing["median"], kernel_timing=timing)  # several ranks: of each round's slowest rank
         if "ranks" in timing:
             row["rank_us"] = [r["median"] for r in timing["ranks"]]
             row["imbalance"] = timing["imbalance"]
     if row["kernel_us"] and row["golden_us"]:
         row["speedup"] = row["golden_us"] / row["kernel_us"]
+        noise = [t["rse"] for t in (row["kernel_timing"], row["golden_timing"])]
+        if None not in noise:  # relative standard errors add in quadrature
+            row["speedup_err"] = row["speedup"] * (noise[0] ** 2 + noise[1] ** 2) ** 0.5
     if errors or FAILED in row["stages"].values():
         row["status"] = "FAIL"
     elif verdict and verdict.skipped:

@@ -40,8 +40,8 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **o
     `fn` is a kernel form (a `@golden_tasks.jit` function); `specs` a list of
     TensorSpec/ScalarSpec in parameter order (or a callable returning one).
     `options` are Case's, with its defaults: rtol, atol, compare, ignore_nan, seed,
-    backend, options, warmup, rounds, timeout, inputs_from, golden_from, file_deps,
-    env_deps (relative paths are found from the current directory).
+    backend, options, warmup, rounds, min_rounds, max_rounds, rse, budget, flush, timeout,
+    inputs_from, golden_from, file_deps, env_deps (relative paths are found from the current directory).
     Setup errors (ABI mismatch, bad specs, compile errors) and validation
     mismatches come back as a failed RunResult with a precise message.
     """
@@ -79,7 +79,7 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **o
             tally.add(stage, case_name, state == report.CACHED)
     store.log_run(tally.to_json())
     bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.error else None
-                           for s in ("bench", "golden"))
+                           for s in ("bench", "golden_bench"))
     return RunResult(
         passed=row["status"] == "PASS",
         error="\n".join(row["errors"].values()) or (f"SKIPPED: {row['skipped']}" if row["skipped"] else None)

@@ -8,6 +8,7 @@
       policy.pkl           the validation policy (cloudpickle)
       data/in/<name>.bin   In/InOut tensors and scalars, as saved before the kernel ran
       data/golden/<name>.bin   the golden's outputs
+      data/in2/, data/golden2/ the second input set (seed + 1) and the golden's outputs on it (bench's recheck)
       data/out/<name>.bin      the kernel's outputs
 
 A `.bin` file holds a tensor's raw little-endian bytes in C order; its dtype
@@ -29,14 +30,15 @@ from .plan import REPLAY_MEANING, Plan
 from .toolchain import toolchain
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2  # 2: the second input set (data/in2, data/golden2)
 # What a replay compares with the current source (golden_tasks.plan: each field's `replay`), and
 # the parts that name what changed.
 FINGERPRINTS = (*REPLAY_MEANING, "parts")
 
 
 # Where each stage's tensors are saved.
-FOLDERS = {"inputs": "data/in", "golden": "data/golden", "dispatch": "data/out"}
+FOLDERS = {"inputs": "data/in", "golden": "data/golden", "dispatch": "data/out", "inputs2": "data/in2",
+           "golden2": "data/golden2"}
 
 
 def records(manifest: dict) -> dict:
@@ -126,7 +128,8 @@ def materialize(plan: Plan, store, case_dir: Path, summary: dict = None) -> Path
         "bench": plan.bench,
         "timeout": plan.timeout,
         # saved stages that skipped (a case without a golden): a replay skips what reads them
-        "skipped": {s: reason for s in ("golden",) if (reason := Meta.of(entries[s]).skipped)},
+        "skipped": {s: reason for s in ("golden", "inputs2", "golden2")
+                    if (reason := graph.BY_NAME[s].meta.of(entries[s]).skipped)},
         "artifact": {"backend": built.backend, "module": built.module, "table": built.table,
                      "files": {f"artifact/{n}": {"digest": r["digest"], "nbytes": r["nbytes"]}
                                for n, r in compiled.objects.items()}},
@@ -134,7 +137,8 @@ def materialize(plan: Plan, store, case_dir: Path, summary: dict = None) -> Path
         "files": files,
     }
     run_report = {"case": plan.case, "summary": summary, "validation": entries["validate"].meta,
-                  "kernel_us": Stats.of(entries["bench"]).kernel_us, "golden_us": Stats.of(entries["golden"]).golden_us}
+                  "kernel_us": Stats.of(entries["bench"]).kernel_us,
+                  "golden_us": Stats.of(entries["golden_bench"]).golden_us}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))
     manifest["mtimes"] = {rel: os.stat(tmp / rel).st_mtime_ns for rel in records(manifest)}
     (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest)), indent=1, sort_keys=True))
@@ -150,8 +154,8 @@ def saved_plan(manifest: dict, bench: dict = None) -> Plan:
 
 
 def saved_outputs(case_dir: Path, manifest: dict) -> dict:
-    """stage -> Outputs for the stages whose results a runtime dir keeps: abi, compile, inputs and
-    golden (tensors map the saved files; nothing is copied)."""
+    """stage -> Outputs for the stages whose results a runtime dir keeps: abi, compile, both input sets
+    and the golden's outputs on them (tensors map the saved files; nothing is copied)."""
     from .tensors import map_raw  # noqa: PLC0415 -- imports torch: only where a replay runs
 
     def folder(stage):
@@ -159,7 +163,7 @@ def saved_outputs(case_dir: Path, manifest: dict) -> dict:
         return {rel[len(prefix):-len(".bin")]: map_raw(case_dir / rel, record)
                 for rel, record in manifest["tensors"].items() if rel.startswith(prefix)}
 
-    table, artifact, inputs = manifest["table"], manifest["artifact"], folder("inputs")
+    table, artifact, inputs, skipped = manifest["table"], manifest["artifact"], folder("inputs"), manifest["skipped"]
     scalars = {r["name"]: inputs.pop(r["name"]).item() for r in table if r["kind"] == "scalar"}
     return {
         "abi": Outputs(meta=AbiMeta(table=table, placement=manifest.get("placement", {}))),
@@ -167,7 +171,9 @@ def saved_outputs(case_dir: Path, manifest: dict) -> dict:
                            meta=CompileMeta(backend=artifact["backend"], module=artifact["module"],
                                             table=artifact["table"])),
         "inputs": Outputs(tensors=inputs, meta=InputsMeta(scalars=scalars)),
-        "golden": Outputs(tensors=folder("golden"), meta=Meta(skipped=manifest.get("skipped", {}).get("golden"))),
+        "golden": Outputs(tensors=folder("golden"), meta=Meta(skipped=skipped.get("golden"))),
+        "inputs2": Outputs(tensors=folder("inputs2"), meta=InputsMeta(scalars=scalars, skipped=skipped.get("inputs2"))),
+        "golden2": Outputs(tensors=folder("golden2"), meta=Meta(skipped=skipped.get("golden2"))),
     }
 
 

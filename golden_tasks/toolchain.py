@@ -53,3 +53,34 @@ def toolchain() -> dict:
         "isa": f"{platform.machine()}:{_cpu_flags()}",
         "gpus": _gpus(),
     }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "Hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_models() -> list:
+    """The NVIDIA driver's model name of each GPU (no torch, no NVML)."""
+    models = []
+    for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+        try:
+            with open(info) as f:
+                models += [line.split(":", 1)[1].strip() for line in f if line.startswith("Model")]
+        except OSError:
+            continue
+    return models
+
+
+@functools.cache
+def machine() -> dict:
+    """The machine a timing was measured on, which enters the keys of the timing stages only: a
+    measurement from another machine is never reused (the verdicts are)."""
+    return {"host": platform.node(), "cpu": _cpu_model(), "cores": os.cpu_count(), "gpus": _gpu_models(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "all")}

@@ -17,7 +17,7 @@ def test_every_field_list_derives_from_the_declarations():
                                   "data_out", "external")
     assert plan.EVERY_STAGE == ("case", "module", "profile", "timeout")
     assert set(plan.REPLAY_MEANING) == set(plan.SOURCE_FIELDS)
-    assert plan.VARIABLES == ("timeout", "backend", "options", "warmup", "rounds")
+    assert plan.VARIABLES == ("timeout", "backend", "options", "warmup", "rounds", "rse", "budget", "flush", "fresh")
     assert graph.BY_NAME["abi"].plan_fields == ("params", "signature", "ranks", "nonce")
     assert graph.BY_NAME["dispatch"].plan_fields == ("ranks", "external", "nonce")
     for stage in graph.STAGES:
@@ -34,13 +34,18 @@ def test_a_stage_reads_only_its_key_and_the_context():
 
 
 def test_variables_override_their_fields_and_bad_values_name_the_variable():
-    base = Plan(case="c", options={"a": 1})
-    new = base.overridden({"backend": "eager", "options": '{"b": 2}', "rounds": "3", "timeout": "2.5"})
-    assert (new.backend, new.options, new.bench, new.timeout) == ("eager", {"a": 1, "b": 2},
-                                                                  {"warmup": 5, "rounds": 3}, 2.5)
+    base = Plan(case="c", options={"a": 1}, bench={"warmup": 5, "rounds": None})
+    new = base.overridden({"backend": "eager", "options": '{"b": 2}', "rounds": "3", "timeout": "2.5", "rse": "0.005",
+                           "budget": "2", "flush": "1"})
+    assert (new.backend, new.options, new.bench, new.timeout) == (
+        "eager", {"a": 1, "b": 2}, {"warmup": 5, "rounds": 3, "rse": 0.005, "budget": 2.0, "flush": True}, 2.5)
     assert base.overridden({}) == base and base.overridden({"backend": ""}).backend is None
+    fresh = base.overridden({"fresh": "1"}).fresh
+    assert fresh and fresh != base.overridden({"fresh": "1"}).fresh and base.overridden({"fresh": "0"}).fresh is None
     for name, value, message in (("rounds", "0", "is not an integer >= 1"), ("warmup", "-1", ">= 0"),
-                                 ("timeout", "soon", "seconds > 0"), ("options", "[1]", "not a JSON object")):
+                                 ("timeout", "soon", "seconds > 0"), ("options", "[1]", "not a JSON object"),
+                                 ("rse", "abc", "not a number > 0"), ("budget", "0", "not a number > 0"),
+                                 ("flush", "yes", "not 0 or 1"), ("fresh", "2", "not 0 or 1")):
         with pytest.raises(ValueError, match="^" + re.escape(f"doit variable {name}={value!r}")):
             base.overridden({name: value})
         with pytest.raises(ValueError, match=message):  # checked even when no case exists

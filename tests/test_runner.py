@@ -69,9 +69,11 @@ def test_early_cutoff_golden_with_same_outputs_does_not_revalidate():
     refactored = verify(gold=golden_refactored)
     assert refactored.stages["golden"] == "ran"
     assert refactored.stages["validate"] == "cached"
+    assert refactored.stages["bench"] == "cached" and refactored.stages["golden_bench"] == "ran"
     other = verify(gold=golden_other)
     assert other.stages["golden"] == "ran" and other.stages["validate"] == "ran"
-    assert {other.stages[s] for s in ("abi", "compile", "inputs", "dispatch", "bench")} == {"cached"}
+    assert {other.stages[s] for s in ("abi", "compile", "inputs", "dispatch", "inputs2")} == {"cached"}
+    assert other.stages["bench"] == "ran"  # its recheck judges the kernel against the new golden
 
 
 def test_seed_changes_inputs_only_downstream():

@@ -9,7 +9,7 @@ from golden_tasks.compare import Allclose
 from golden_tasks.errors import StageFailed
 from golden_tasks.outputs import CompileMeta, InputsMeta
 from golden_tasks.plan import Plan
-from golden_tasks.stages import Outputs, abi, dispatch, golden, inputs, measure, validate
+from golden_tasks.stages import Outputs, Rounds, abi, dispatch, golden, golden_bench, inputs, measure, validate
 
 
 @jit(backend="eager")
@@ -61,13 +61,17 @@ def test_inputs_are_seeded_per_spec_and_only_for_in_and_inout(upstream, tmp_path
     assert torch.equal(made.tensors["total"], torch.ones(3, 4))
 
 
-def test_golden_gets_its_own_out_init_and_is_timed(upstream, tmp_path):
+def test_golden_gets_its_own_out_init_and_is_timed_apart(upstream, tmp_path):
     checked, made = upstream
     result = golden.run(CASE, PLAN, tmp_path, checked, made)
-    assert set(result.tensors) == {"total", "out"}
+    assert set(result.tensors) == {"total", "out"} and result.stats.golden_us is None
     torch.testing.assert_close(result.tensors["total"], made.tensors["x"] + 1)
-    assert result.stats.golden_us["rounds"] == 2
     assert torch.equal(made.tensors["total"], torch.ones(3, 4))  # inputs untouched
+    seen = []  # the InOut buffer each call finds: restored to the input before every call
+    case = dataclasses.replace(CASE, golden=lambda t: seen.append(t["total"].clone()) or golden_acc(t))
+    timing = golden_bench.run(case, PLAN, tmp_path, checked, made).stats.golden_us
+    assert timing["rounds"] == 2 and timing["warmup"] == 1 and len(seen) == 3
+    assert all(torch.equal(t, torch.ones(3, 4)) for t in seen)
 
 
 def compiled(tmp_path, checked):
@@ -111,8 +115,8 @@ def test_validate_passes_fails_and_rejects_unknown_outputs(upstream, tmp_path):
 
 def test_bench_measures_rounds():
     calls = []
-    stats = measure(lambda: calls.append(1), warmup=3, rounds=7)
-    assert len(calls) == 10 and stats["rounds"] == 7
+    stats = measure(lambda: calls.append(1), Rounds(warmup=3, rounds=7))
+    assert len(calls) == 10 and stats["rounds"] == 7 and stats["stopped"] == "rounds" and len(stats["times"]) == 7
     assert 0 <= stats["min"] <= stats["median"] <= stats["max"] and stats["min"] <= stats["mean"] <= stats["max"]
 
 
@@ -132,25 +136,43 @@ class FakeClock:
 def test_adaptive_rounds_stop_on_noise_budget_or_round_count():
     from golden_tasks.stages import adaptive_rounds
 
+    rule = Rounds(warmup=5, min_rounds=10, max_rounds=1000, rse=0.01, budget=60.0)
     steady = FakeClock([1.0] * 5 + [0.01] * 100)  # 5 warmup calls, then identical rounds
-    times, why = adaptive_rounds(steady.call, 5, 10, 1000, 0.01, 60.0, clock=steady)
-    assert why == "noise" and len(times) == 10  # no fewer than min_rounds, even with no noise
+    times, why, warmed = adaptive_rounds(steady.call, rule, clock=steady)
+    assert why == "noise" and len(times) == 10 and warmed == 5  # no fewer than min_rounds, even with no noise
     noisy = FakeClock([0.01, 0.05] * 500)
-    times, why = adaptive_rounds(noisy.call, 0, 10, 1000, 0.001, 1.0, clock=noisy)
+    times, why, _ = adaptive_rounds(noisy.call, Rounds(warmup=0, min_rounds=10, rse=0.001, budget=1.0), clock=noisy)
     assert why == "budget" and len(times) == 34  # 0.03 s a round on average: the 1 s budget is spent after 34
-    times, why = adaptive_rounds(noisy.call, 0, 10, 20, 0.001, 60.0, clock=noisy)
+    times, why, _ = adaptive_rounds(noisy.call, Rounds(warmup=0, max_rounds=20, rse=0.001), clock=noisy)
     assert why == "rounds" and len(times) == 20
+    times, why, _ = adaptive_rounds(noisy.call, Rounds(warmup=0, rounds=7, rse=1.0, budget=0.001), clock=noisy)
+    assert why == "rounds" and len(times) == 7  # a fixed count ignores the noise target and the budget
     seen = []  # every rank decides on the agreed (slowest) times: steady here, but a noisy peer keeps it going
     slow = FakeClock([0.01] * 100)
-    times, why = adaptive_rounds(slow.call, 0, 5, 100, 0.01, 60.0, clock=slow,
-                                 agree=lambda us, s: seen.append(us) or (us * (2 + len(seen) % 2), s))
+    times, why, _ = adaptive_rounds(slow.call, Rounds(warmup=0, min_rounds=5, max_rounds=100), clock=slow,
+                                    agree=lambda us, s: seen.append(us) or (us * (2 + len(seen) % 2), s))
     assert why == "rounds" and len(times) == 100 and len(seen) == 100
+
+
+def test_adaptive_warmup_is_cut_short_by_a_quarter_of_the_budget_and_refreshes_every_call():
+    from golden_tasks.stages import adaptive_rounds
+
+    expensive = FakeClock([2.0] * 20)  # a 2 s call: 5 warmup calls would spend the whole 10 s budget
+    refreshed = []
+    times, why, warmed = adaptive_rounds(expensive.call, Rounds(warmup=5, min_rounds=3, budget=10.0),
+                                         before=lambda: refreshed.append(expensive.now), clock=expensive)
+    assert warmed == 2 and why == "noise" and len(times) == 3  # 2 warmups spend 4 s > 2.5 s; no noise, 3 rounds
+    assert len(refreshed) == warmed + len(times)
+    agreed = FakeClock([0.1] * 20)  # this rank is quick, a peer is not: every rank stops warming up together
+    _, _, warmed = adaptive_rounds(agreed.call, Rounds(warmup=5, min_rounds=3, budget=10.0), clock=agreed,
+                                   agree=lambda us, s: (us, s + 3.0))
+    assert warmed == 1
 
 
 def test_summary_reports_spread_noise_floor_and_outliers_without_dropping_them():
     from golden_tasks.stages import summary
 
-    stats = summary([10.0, 11.0, 10.0, 12.0, 11.0, 10.0, 50.0], warmup=2)
-    assert stats["rounds"] == 7 and stats["max"] == 50.0 and stats["outliers"] == [50.0]
-    assert stats["iqr"] == 1.5 and stats["std"] > 0 and 0 < stats["rse"] < 1
-    assert summary([5.0], warmup=0)["rse"] is None
+    stats = summary([10.0, 11.0, 10.0, 12.0, 11.0, 10.0, 50.0], "budget", warmup=2)
+    assert stats["rounds"] == 7 and stats["max"] == 50.0 and stats["outliers"] == [50.0] and stats["stopped"] == "budget"
+    assert stats["iqr"] == 1.5 and stats["std"] > 0 and 0 < stats["rse"] < 1 and stats["times"][-1] == 50.0
+    assert summary([5.0], "rounds", warmup=0)["rse"] is None

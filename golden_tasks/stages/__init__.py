@@ -6,8 +6,10 @@ stage it reads to that stage's Outputs (golden_tasks.outputs declares them). A
 stage knows nothing about doit or the store; a FAIL verdict is a raised
 StageFailed.
 """
+import dataclasses
 import statistics
 import time
+from pathlib import Path
 
 from ..errors import StageFailed  # the stages' failure type, for their callers
 from ..outputs import Outputs  # what they return
@@ -20,31 +22,70 @@ def same_bits(a, b) -> bool:
     return a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
 
 
-def adaptive_rounds(call, warmup: int, min_rounds: int, max_rounds: int, target_rse: float, budget_s: float,
-                    before=None, agree=None, clock=time.perf_counter) -> tuple[list, str]:
-    """Time `call` after `warmup` untimed calls until the relative standard error of the mean round
-    falls to `target_rse` (at least `min_rounds` rounds), or `budget_s` seconds of timing are spent,
-    or `max_rounds` rounds are done: (round times in microseconds, why it stopped: "noise",
-    "budget" or "rounds"). `before()` runs before each timed call and `agree(us, elapsed_s)` after it,
-    both outside its time; `agree` returns the values every rank decides on (the slowest rank's round
-    and elapsed time, for several ranks), so that all ranks stop after the same round."""
-    for _ in range(warmup):
-        call()
-    times, decided, start = [], [], clock()
-    while len(times) < max_rounds:
+@dataclasses.dataclass(frozen=True)
+class Rounds:
+    """How long a timing runs (Plan.bench, from the case and the doit variables): `warmup` untimed
+    calls (fewer when they alone spend a quarter of the budget), then rounds until the mean's relative
+    standard error is at most `rse`, or `budget` seconds of rounds are spent, within `min_rounds` and
+    `max_rounds`; `rounds` fixes the count instead (no noise target, no budget). `flush` evicts the
+    last-level cache (a GPU's L2) before every round, so each round starts cold."""
+    warmup: int = 5
+    rounds: int = None
+    min_rounds: int = 10
+    max_rounds: int = 10_000
+    rse: float = 0.01
+    budget: float = 10.0
+    flush: bool = False
+
+    @property
+    def bounds(self) -> tuple:
+        """(least rounds, most rounds, noise target, budget in seconds) in effect."""
+        if self.rounds is not None:
+            return self.rounds, self.rounds, 0.0, float("inf")
+        return self.min_rounds, self.max_rounds, self.rse, self.budget
+
+    def longest(self, timeout: float) -> float:
+        """Seconds a timing may take when each call takes up to `timeout`: the warmup, the least rounds,
+        and the budget with one more round."""
+        least, _, _, budget = self.bounds
+        return timeout * (self.warmup + least + 1) + (budget if self.rounds is None else 0.0)
+
+
+def adaptive_rounds(call, rule: Rounds, before=None, agree=None, clock=time.perf_counter, timer=None) -> tuple:
+    """Time `call` as `rule` says: (round times in microseconds, why it stopped: "noise", "budget" or
+    "rounds", the warmup calls made). `before()` runs before every call, warmup included, and
+    `agree(us, elapsed_s)` after it, both outside its time; `agree` returns the values every rank
+    decides on (the slowest rank's round and elapsed time, for several ranks), so that all ranks make
+    the same calls. `timer(call)` times one call in microseconds when the clock cannot (a GPU's
+    events); the budget is kept on `clock`."""
+    least, most, target, budget = rule.bounds
+    start, warmed = clock(), 0
+    while warmed < rule.warmup:
         if before:
             before()
-        t0 = clock()
         call()
-        times.append((clock() - t0) * 1e6)
+        warmed += 1
+        _, elapsed = agree(0.0, clock() - start) if agree else (0.0, clock() - start)
+        if elapsed > budget / 4:
+            break
+    times, decided, start = [], [], clock()
+    while len(times) < most:
+        if before:
+            before()
+        if timer:
+            times.append(timer(call))
+        else:
+            t0 = clock()
+            call()
+            times.append((clock() - t0) * 1e6)
         us, elapsed = agree(times[-1], clock() - start) if agree else (times[-1], clock() - start)
         decided.append(us)
-        if len(decided) >= min_rounds:
-            if relative_standard_error(decided) <= target_rse:
-                return times, "noise"
-            if elapsed >= budget_s:
-                return times, "budget"
-    return times, "rounds"
+        if len(decided) >= least:
+            if relative_standard_error(decided) <= target:
+                return times, "noise", warmed
+            if elapsed >= budget:
+                return times, "budget", warmed
+    return times, "rounds", warmed
 
 
 def relative_standard_error(times: list) -> float:
@@ -55,22 +96,48 @@ def relative_standard_error(times: list) -> float:
     return statistics.stdev(times) / len(times) ** 0.5 / mean
 
 
-def summary(times: list, warmup: int) -> dict:
+def summary(times: list, stopped: str, warmup: int) -> dict:
     """min / median / mean / max, std, IQR, the noise floor reached (relative standard error of the
-    mean) and the outliers (beyond 1.5 IQR of the quartiles: reported, never dropped), with rounds
-    and warmup."""
+    mean), the outliers (beyond 1.5 IQR of the quartiles: reported, never dropped), the rounds, warmup,
+    why the timing stopped (adaptive_rounds) and every round's time, in microseconds."""
     q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else times * 3
     fence = 1.5 * (q3 - q1)
     return {"min": min(times), "median": statistics.median(times), "mean": statistics.fmean(times),
             "max": max(times), "std": statistics.stdev(times) if len(times) > 1 else 0.0, "iqr": q3 - q1,
             "rse": rse if (rse := relative_standard_error(times)) != float("inf") else None,
             "outliers": [t for t in times if t < q1 - fence or t > q3 + fence],
-            "rounds": len(times), "warmup": warmup}
+            "rounds": len(times), "warmup": warmup, "stopped": stopped, "times": list(times)}
 
 
-def measure(call, warmup: int, rounds: int) -> dict:
-    """The summary of timing `call` for exactly `rounds` rounds (adaptive_rounds)."""
-    return summary(adaptive_rounds(call, warmup, rounds, rounds, 0.0, float("inf"))[0], warmup)
+def measure(call, rule: Rounds, before=None) -> dict:
+    """The summary of timing `call` as `rule` says (adaptive_rounds)."""
+    return summary(*adaptive_rounds(call, rule, before))
+
+
+def _last_level_cache_bytes() -> int:
+    """The CPU's largest cache (sysfs), or 64 MiB when it cannot be read."""
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=64 * 2**20)
+
+
+def cache_flush(device: str):
+    """A function that evicts the last-level cache of `device` ("cpu": the CPU's; "cuda": the GPU's L2)
+    by writing a buffer twice its size, for a timing whose every round should start cold."""
+    import torch  # noqa: PLC0415
+
+    if device == "cuda":
+        size = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    else:
+        size = _last_level_cache_bytes()
+    buffer = torch.zeros(2 * size // 4, dtype=torch.int32, device=device)
+    return lambda: buffer.add_(1)
 
 
 def spec_seed(seed: int, name: str) -> int:

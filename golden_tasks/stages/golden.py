@@ -3,12 +3,14 @@
 It receives a dict keyed by spec name: clones of the inputs, its own output
 buffers (InOut initial values; Out from init_value or zeros), scalars as Python
 values. A golden that leaves a pure Out untouched fails here, rather than as a
-kernel mismatch against the untouched buffer. It is timed on the same inputs
-for the report's speedup.
+kernel mismatch against the untouched buffer. golden_bench times it on the same
+inputs, for the report's speedup.
 """
 from .. import data
-from ..outputs import Meta, Stats
-from . import Outputs, StageFailed, make, measure, same_bits, stamped_specs
+from ..outputs import Meta
+from . import Outputs, StageFailed, make, same_bits, stamped_specs
+
+NO_GOLDEN = "no golden: validation skipped, not a correctness check"
 
 
 def run(case, plan, workdir, abi, inputs):
@@ -16,27 +18,38 @@ def run(case, plan, workdir, abi, inputs):
         return Outputs(tensors={s.name: data.read(case.golden_from, "out", s.name).contiguous()
                                 for s in stamped_specs(case, abi) if s.kind == "tensor" and s.is_output})
     if case.golden is None:
-        return Outputs(meta=Meta(skipped="no golden: validation skipped, not a correctness check"))
-    specs = stamped_specs(case, abi)
+        return Outputs(meta=Meta(skipped=NO_GOLDEN))
+    return Outputs(tensors=outputs_of(case, plan.case, plan.seed, abi, inputs))
+
+
+def arguments(case, seed: int, abi, inputs) -> dict:
+    """The golden's argument dict: clones of the inputs, its own output buffers (InOut from the
+    inputs, Out from init_value under `seed`), scalars as Python values."""
     args = {}
-    for s in specs:
+    for s in stamped_specs(case, abi):
         if s.kind == "scalar":
             args[s.name] = inputs.meta.scalars[s.name]
         elif s.is_input:
             args[s.name] = inputs.tensors[s.name].clone()
         else:
-            args[s.name] = make(s, plan.seed)
+            args[s.name] = make(s, seed)
+    return args
+
+
+def outputs_of(case, name: str, seed: int, abi, inputs) -> dict:
+    """The golden's output tensors: the golden of case `name` run once on `inputs` (Out buffers made
+    under `seed`); StageFailed if it raises or leaves a pure Out untouched."""
+    specs = stamped_specs(case, abi)
+    args = arguments(case, seed, abi, inputs)
     buffers = {s.name: (args[s.name], args[s.name]._version, args[s.name].clone())
                for s in specs if s.kind == "tensor" and s.direction == "out"}
     try:
         case.golden(args)
     except Exception as exc:
-        raise StageFailed(f"golden of {plan.case} raised {type(exc).__name__}: {exc}") from exc
-    untouched = [name for name, (buffer, version, initial) in buffers.items()
-                 if args[name] is buffer and buffer._version == version and same_bits(buffer, initial)]
+        raise StageFailed(f"golden of {name} raised {type(exc).__name__}: {exc}") from exc
+    untouched = [out for out, (buffer, version, initial) in buffers.items()
+                 if args[out] is buffer and buffer._version == version and same_bits(buffer, initial)]
     if untouched:
-        raise StageFailed(f"golden of {plan.case} never wrote its output {', '.join(map(repr, untouched))}: "
+        raise StageFailed(f"golden of {name} never wrote its output {', '.join(map(repr, untouched))}: "
                           "it still holds its initial value (write it in place, e.g. t['out'].copy_(...))")
-    outputs = {s.name: args[s.name].clone() for s in specs if s.kind == "tensor" and s.is_output}
-    timing = measure(lambda: case.golden(args), **plan.bench)
-    return Outputs(tensors=outputs, stats=Stats(golden_us=timing))
+    return {s.name: args[s.name].clone() for s in specs if s.kind == "tensor" and s.is_output}

@@ -12,8 +12,16 @@ def run(case, plan, workdir, abi):
     if case.inputs_from is not None:  # checked against the specs when planned
         tensors = {s.name: data.read(case.inputs_from, "in", s.name).contiguous()
                    for s in specs if s.kind == "tensor" and s.is_input}
-    else:
-        tensors = {s.name: make(s, plan.seed) for s in specs if s.kind == "tensor" and s.is_input}
+        return made(specs, tensors)
+    return generated(specs, plan.seed)
+
+
+def generated(specs: list, seed: int) -> Outputs:
+    """The In/InOut tensors of the (stamped) specs, each from its init_value under `seed`."""
+    return made(specs, {s.name: make(s, seed) for s in specs if s.kind == "tensor" and s.is_input})
+
+
+def made(specs: list, tensors: dict) -> Outputs:
     scalars = {s.name: s.value for s in specs if s.kind == "scalar"}
     return Outputs(tensors=tensors, meta=InputsMeta(scalars=scalars, nonfinite=nonfinite(tensors)))
 

@@ -3,6 +3,8 @@
 The policy is also saved (cloudpickle, user code by value) so that a
 runtime dir can be re-validated without importing the kernel module.
 """
+import dataclasses
+
 from ..compare import Policy
 from ..fingerprint import dumps_by_value
 from ..outputs import POLICY_FILE, ValidateMeta
@@ -21,6 +23,31 @@ def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: di
     return ValidateMeta(outputs=[r.to_json() for r in results], max_abs=max((r.max_abs for r in results), default=0.0))
 
 
+def vacuous(policy: Policy, actual: dict, expected: dict) -> list:
+    """A warning for each output whose comparison could not catch a kernel that writes zeros, or that
+    writes one constant everywhere (the golden's first element): the policy itself judges such an
+    output against the golden."""
+    import torch  # noqa: PLC0415
+
+    found = []
+    for name, want in expected.items():
+        fakes = {"zeros": torch.zeros_like(want)}
+        if want.numel() > 1:
+            first = want.reshape(-1)[0].item()
+            fakes[f"the constant {first:g}" if not isinstance(first, bool) else f"the constant {first}"] = \
+                torch.full_like(want, first)
+        for what, fake in fakes.items():
+            try:
+                passed = next(r for r in policy.check({**actual, name: fake}, expected) if r.name == name).passed
+            except Exception:  # noqa: BLE001 -- a comparator that cannot judge the fake output judges no kernel like it
+                passed = False
+            if passed:
+                found.append(f"output {name!r}: a kernel writing {what} would pass its comparison "
+                             "(vacuous: the golden is (almost) all within tolerance of it)")
+                break
+    return found
+
+
 def run(case, plan, workdir, dispatch, golden, inputs):
     for upstream in (golden, dispatch):  # no golden, or no device to dispatch on
         if upstream.skipped:
@@ -31,6 +58,7 @@ def run(case, plan, workdir, dispatch, golden, inputs):
         raise StageFailed(f"{plan.case}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
     meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite)
+    meta = dataclasses.replace(meta, warnings=vacuous(policy, dispatch.tensors, golden.tensors))
     saved = workdir / POLICY_FILE
     saved.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
     return Outputs(files={POLICY_FILE: saved}, meta=meta)
