@@ -19,12 +19,20 @@ def project(tmp_path_factory):
     return proj
 
 
+SHARED_VALIDATION = {"decode_hca", "decode_hca_tp"}
+
+
 def test_every_case_verifies_with_aoti(project):  # decode_hca_tp: eager, as every multi-rank @jit kernel
     code, results, _, err = project.cold
     assert code == 0, err
     assert {n.split(":", 1)[1] for n in results if n.startswith("verify:")} == CASES
     for case in CASES:
-        assert results[f"compile:{case}"] == "success" and results[f"validate:{case}"] == "success"
+        assert results[f"compile:{case}"] == "success", case
+        # decode_hca_tp gathers exactly decode_hca's outputs and shares its golden and policy: the same
+        # validate key, so whichever of the two validates second may find the other's entry (early cutoff)
+        assert results[f"validate:{case}"] == "success" or (
+            case in SHARED_VALIDATION and {results[f"validate:{c}"] for c in SHARED_VALIDATION} == {"success",
+                                                                                              "up-to-date"}), case
 
 
 def test_flagship_rerun_is_all_cached(project):

@@ -74,15 +74,18 @@ def test_the_verdict_names_the_rank_at_fault_not_its_victims(outcomes, culprit, 
 
 
 def test_rank_timings_take_the_slowest_rank_per_round_and_flag_a_persistent_one():
+    def answer(times, warmup=0):  # what time_kernel returns on a rank
+        return {"times": times, "stopped": "rounds", "warmup": warmup, "device": "cpu", "threads": 1}
+
     fast, slow = [10.0] * 10, [10.5, 13, 14, 13, 12, 13, 14, 13, 13, 13]
-    stats = rank_stats([fast, slow], warmup=1, placed=[2, 2])
-    assert stats["median"] == 13 and stats["rounds"] == 10
+    stats = rank_stats([answer(fast, 1), answer(slow, 1)], placed=[2, 2])
+    assert stats["median"] == 13 and stats["rounds"] == 10 and stats["warmup"] == 1 and stats["threads"] == 1
     assert [r["slowest_rounds"] for r in stats["ranks"]] == [0, 10] and stats["ranks"][1]["placed"] == 2
     assert stats["imbalance"].startswith("rank 1 was the slowest in 100% of the rounds; its median is 1.30x")
-    noisy = rank_stats([[10, 12, 10, 12], [12, 10, 12, 10]], warmup=0, placed=[1, 1])
+    noisy = rank_stats([answer([10, 12, 10, 12]), answer([12, 10, 12, 10])], placed=[1, 1])
     assert noisy["imbalance"] is None and imbalance(noisy["ranks"]) is None
-    assert rank_stats([fast[:9], slow[:9]], warmup=0, placed=[1, 1])["imbalance"] is None  # too few rounds to say
-    assert "ranks" not in rank_stats([fast], warmup=0, placed=[1])  # one rank: the plain timing
+    assert rank_stats([answer(fast[:9]), answer(slow[:9])], placed=[1, 1])["imbalance"] is None  # too few rounds
+    assert "ranks" not in rank_stats([answer(fast)], placed=[1])  # one rank: the plain timing
 
 
 @pytest.fixture(scope="module")
@@ -148,11 +151,13 @@ def test_resident_tensors_are_placed_once_for_every_benchmark_round(tmp_path, mo
     result = golden_tasks.run(counted, specs, golden, cache_dir=tmp_path / "cache", runs_dir=tmp_path / "runs",
                               warmup=5, rounds=100, atol=1e-5, env_deps=("GT_PLACEMENTS",))
     assert result.passed, result.error
-    assert [r["placed"] for r in result.bench["ranks"]] == [3, 3]  # x, weight, out: once each, not per round
+    # x, weight, out of each input set (the rounds', and the second set's for the recheck): once, not per round
+    assert [r["placed"] for r in result.bench["ranks"]] == [6, 6]
     for rank in (0, 1):
         calls = (tmp_path / f"rank{rank}").read_text().splitlines()
-        assert len(calls) == 1 + 105  # the validation call's pool, then warmup and rounds in the benchmark's
-        assert len(set(calls[1:])) == 1  # every round saw the same buffers: placed once, reused
+        # the validation call's pool, then the benchmark's warmup, rounds and its call on the second input set
+        assert len(calls) == 1 + 105 + 1
+        assert len(set(calls[1:106])) == 1 and calls[106] != calls[105]  # every round saw the same buffers
 
 
 RANKED = '''
