@@ -16,7 +16,9 @@ practical threshold t = --threshold (2%):
     UNCERTAIN   otherwise: the noise is too large to tell
 
 A timing without a noise estimate (rse None: fewer than two rounds) makes its case UNCERTAIN; a case
-without a kernel timing in either run (FAIL, SKIPPED) gets no verdict.
+without a kernel timing in either run (FAIL, SKIPPED) gets no verdict. A case whose bench entry has the
+same key and the same timing, round for round, in both runs was not re-timed (B reused A's measurement
+from the cache): it is SAME.
 
 Exit status: 1 when a case regressed, 0 when none did, 2 for bad input (a file missing, not JSON, or
 not a run record; the message names the file and the field). What counts as a regression is
@@ -95,7 +97,8 @@ def _timing(row: dict, path: Path, field: str) -> Timing | None:
 
 
 def load(path: Path) -> dict:
-    """The record at `path`: {case: row}, rows checked for what the comparison reads; BadRecord if not."""
+    """The record at `path`, its "cases" as {case: row}, each row checked for what the comparison reads and
+    given its "timing" (Timing or None); BadRecord if it is not a run record."""
     try:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -114,16 +117,17 @@ def load(path: Path) -> dict:
                             f"got {json.dumps(row.get('status'))}")
         if row["case"] in rows:
             raise BadRecord(f"{path}: {field}: case {row['case']!r} appears twice")
-        rows[row["case"]] = dict(row, kernel_timing=_timing(row, path, f"{field}.kernel_timing"))
+        rows[row["case"]] = dict(row, timing=_timing(row, path, f"{field}.kernel_timing"))
     record["cases"] = rows
     return record
 
 
 def _about(path: Path, record: dict) -> str:
-    started = record.get("started")
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)) if isinstance(started, (int, float)) else "?"
-    host = (record.get("machine") or {}).get("host", "?")
-    return f"{path} ({when}, {host})"
+    """The file, with when and where the run was, where the record says."""
+    started, host = record.get("started"), (record.get("machine") or {}).get("host")
+    known = [time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)) if isinstance(started, (int, float))
+             else None, host]
+    return f"{path} ({', '.join(map(str, filter(None, known)))})" if any(known) else str(path)
 
 
 def _setting_changes(a: dict, b: dict) -> list:
@@ -155,15 +159,19 @@ def _timings(cases: list, a_rows: dict, b_rows: dict, threshold: float, sigmas: 
     table, verdicts = [["case", "A mean us", "B mean us", "B/A", "verdict"]], {}
     for case in cases:
         a, b = a_rows[case], b_rows[case]
-        ta, tb = a["kernel_timing"], b["kernel_timing"]
+        ta, tb = a["timing"], b["timing"]
         if ta is None or tb is None:
-            missing = [f"{side} {row['status']}" for side, row in (("A", a), ("B", b)) if row["kernel_timing"] is None]
+            missing = [f"{side} {row['status']}" for side, row in (("A", a), ("B", b)) if row["timing"] is None]
             table.append([case, ta.describe() if ta else "-", tb.describe() if tb else "-", "-",
                           f"no kernel time: {', '.join(missing)}"])
             continue
-        change = judge(ta, tb, threshold, sigmas)
+        bench_key = (a.get("keys") or {}).get("bench")
+        if bench_key and bench_key == (b.get("keys") or {}).get("bench") and a["kernel_timing"] == b["kernel_timing"]:
+            change, note = Change(1.0, 0.0, "SAME"), " (one measurement: the same bench entry)"
+        else:
+            change = judge(ta, tb, threshold, sigmas)
+            note = " (no noise estimate: fewer than two rounds)" if change.err is None else ""
         verdicts[case] = change.verdict
-        note = " (no noise estimate: fewer than two rounds)" if change.err is None else ""
         table.append([case, ta.describe(), tb.describe(), change.describe(), change.verdict + note])
     return _table(table), verdicts
 
@@ -188,7 +196,7 @@ def compare(a_path: Path, b_path: Path, threshold: float = 0.02, sigmas: float =
     lines += ["", *table] if both else ["", "no case in both runs"]
     counts = ", ".join(f"{list(verdicts.values()).count(v)} {v.lower()}"
                        for v in ("FASTER", "SLOWER", "SAME", "UNCERTAIN"))
-    lines += ["", f"{len(both)} cases in both runs, {len(verdicts)} timed: {counts} "
+    lines += ["", f"cases in both runs: {len(both)}, timed in both: {len(verdicts)}: {counts} "
                   f"(FASTER/SLOWER: beyond {sigmas:g} standard errors and {threshold:.1%}; ± is one standard error)"]
 
     regressions = []

@@ -61,6 +61,20 @@ def test_same_runs_exit_0(tmp_path):
     assert lines[-1] == "no regression (--fail-on any)"
 
 
+def test_a_timing_reused_from_the_cache_is_the_same_measurement(tmp_path):
+    """B's bench entry has A's key: nothing was re-timed, so the case is SAME whatever the noise."""
+    cached = row("rms_norm", kernel=timing(20.0, 0.05), keys={"bench": "9f1c"})
+    old_format = {"cases": [cached], "passed": True}  # no start time, machine or toolchain
+    proc = run(tmp_path, old_format, old_format)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ["A: A.json", "B: B.json"]
+    assert "rms_norm  20.00 ±5.0%  20.00 ±5.0%  1.000 ±0.000  SAME (one measurement: the same bench entry)" in lines
+    retimed = dict(cached, kernel_timing=dict(cached["kernel_timing"], times=[20.1] * 20))  # the same key, re-timed
+    proc = run(tmp_path, old_format, {"cases": [retimed]})
+    assert "rms_norm  20.00 ±5.0%  20.00 ±5.0%  1.000 ±0.071  UNCERTAIN" in proc.stdout.splitlines()
+
+
 def test_regressions_are_listed_and_exit_1(tmp_path):
     candidate = record(row("rms_norm", kernel=timing(25.0, 0.01)), row("gelu", kernel=timing(15.0, 0.01)),
                        row("softmax", "FAIL", reason="output 'out': 2/20 elements mismatched"),
@@ -82,7 +96,7 @@ def test_regressions_are_listed_and_exit_1(tmp_path):
     assert "gelu      20.00 ±1.0%  15.00 ±1.0%  0.750 ±0.011  FASTER" in lines
     assert "softmax   20.00 ±1.0%  -            -             no kernel time: B FAIL" in lines
     assert not any(line.startswith(("old_case ", "new_case ")) for line in lines)  # not in both runs
-    assert lines[-2].startswith("4 cases in both runs, 2 timed: 1 faster, 1 slower, 0 same, 0 uncertain")
+    assert lines[-2].startswith("cases in both runs: 4, timed in both: 2: 1 faster, 1 slower, 0 same, 0 uncertain")
     assert lines[-1] == "REGRESSED: softmax (PASS -> FAIL), rms_norm (SLOWER)"
     only_status = run(tmp_path, None, None, "--fail-on", "status")
     assert only_status.returncode == 1 and only_status.stdout.splitlines()[-1] == "REGRESSED: softmax (PASS -> FAIL)"
