@@ -5,9 +5,11 @@
     golden-tasks gc [--unused] [--older-than DAYS] [--max-size SIZE]
     golden-tasks explain STAGE:CASE     why a stage is (not) up to date
     golden-tasks replay RUNTIME_DIR     re-run a saved case: no compile, no kernel import
+    golden-tasks compare A.json B.json  two run records case by case: status changes, timing verdicts
 """
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -17,6 +19,7 @@ from . import config, graph
 from .fingerprint import changed_parts
 from .hashing import digest_file
 from .library import planned_library, run_variables
+from .runs_compare import FAIL_ON, BadRecord, compare
 from .store import CorruptObject, Entry, Store, object_problem
 
 UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -45,6 +48,16 @@ def _size(text: str) -> int:
         return int(float(number) * UNITS[unit])
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 500M or 2G") from None
+
+
+def _nonnegative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
+    return value
 
 
 def _human(n: float) -> str:
@@ -250,11 +263,30 @@ def main(argv=None) -> int:
     rank_p.add_argument("case")
     explain_p = sub.add_parser("explain", help="why STAGE:CASE is (not) up to date")
     explain_p.add_argument("target", metavar="STAGE:CASE")
+    compare_p = sub.add_parser("compare", help="compare two run records (runs/report.json): status changes and "
+                                               "kernel times; exit 1 on a regression (docs/comparing-runs.md)")
+    compare_p.add_argument("a", type=Path, metavar="A.json", help="the baseline run record")
+    compare_p.add_argument("b", type=Path, metavar="B.json", help="the run record to judge against it")
+    compare_p.add_argument("--threshold", type=_nonnegative, default=2.0, metavar="PERCENT",
+                           help="the smallest difference that counts as FASTER or SLOWER (default: 2)")
+    compare_p.add_argument("--sigmas", type=_nonnegative, default=3.0, metavar="K",
+                           help="how many standard errors a difference must exceed (default: 3)")
+    compare_p.add_argument("--fail-on", choices=FAIL_ON, default="any",
+                           help="what exits 1: a PASS case no longer PASS (status), a SLOWER case (slower), "
+                                "either (any, the default) or nothing (none)")
     for p in (gc, explain_p):
         p.add_argument("variables", nargs="*", metavar="NAME=VALUE", type=_variable,
                        help="doit variables of the runs to compare with (backend=eager, profile=flash, ...)")
     args = parser.parse_args(argv)
     args.project = args.project.resolve()
+    if args.command == "compare":
+        try:
+            text, code = compare(args.a, args.b, args.threshold / 100, args.sigmas, args.fail_on)
+        except BadRecord as exc:
+            print(f"golden-tasks compare: {exc}", file=sys.stderr)
+            return 2
+        print(text)
+        return code
     if args.command == "replay":
         from .replay import main as replay_main  # noqa: PLC0415 -- imports torch
 
