@@ -184,10 +184,10 @@ def draw_rounds(timing: dict) -> str:
         if points:
             ax.scatter(*zip(*points), s=9, **style)
     ax.axhline(timing["median"], color="#222222", linewidth=1, label=f"median {timing['median']:.4g} us")
-    ax.set_xlabel("round" + (f" (every {step}th shown)" if step > 1 else ""))
+    ax.set_xlabel("round" + (f" (one in {step} shown, and every outlier)" if step > 1 else ""))
     ax.set_ylabel("us")
     ax.set_title("kernel benchmark rounds", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="best")
     return _svg(fig)
 
 
@@ -219,7 +219,8 @@ class Sources:
             where = f"its {stage} entry {key[:16]} is no longer in the cache"
         else:
             entry = graph.cached(graph.BY_NAME[stage], self.plan(row["case"]), self.store)
-            where = f"no {stage} entry in the cache for the case's current plan"
+            where = (f"no {stage} entry in the cache for the case's current plan (a run with doit variables: "
+                     f"pass them too, NAME=VALUE)")
         if entry is None:
             raise Unplottable(where)
         outputs = graph.load_outputs(self.store, entry)

@@ -186,6 +186,12 @@ def test_a_missing_or_malformed_record_is_one_message(tmp_path, content, message
     assert "Traceback" not in made.stderr and not (proj.path / "runs" / "report.html").exists()
 
 
+def test_importing_it_imports_neither_torch_nor_matplotlib():
+    """The doit parent may import the module to start it; torch, matplotlib and numpy load only where it draws."""
+    code = "import sys, golden_tasks.html_report; print(sorted({'torch', 'matplotlib', 'numpy'} & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout == "[]\n"
+
+
 def test_a_tail_tile_bug_lands_in_the_last_bins():
     mismatch = torch.zeros(3, 100, 130, dtype=torch.bool)  # rows = 3 x 100
     mismatch[2, 96:, 112:] = True  # the last tile of the last batch
