@@ -242,7 +242,7 @@ def output_plots(row: dict, sources: Sources) -> list:
         try:
             gap, bound = compare.error_map(policy, name, dispatch.tensors[name], expected)
         except ValueError as exc:
-            plots.append(Plot("error-histogram", f"output {name!r}", reason=str(exc), output=name))
+            plots.append(Plot("error-histogram", "error distribution", reason=str(exc), output=name))
             continue
         hist = ratio_histogram(gap, bound)
         plots.append(Plot("error-histogram", f"output {name!r}: {hist.judged} elements judged, {hist.over} over "
@@ -252,8 +252,8 @@ def output_plots(row: dict, sources: Sources) -> list:
             continue
         mismatch = ~(gap <= bound)
         if not bool(mismatch.any()):
-            plots.append(Plot("mismatch-map", f"output {name!r}", output=name,
-                              reason=f"no element is outside its bound; it fails on: "
+            plots.append(Plot("mismatch-map", "mismatch map", output=name,
+                              reason=f"output {name!r}: no element is outside its bound; it fails on: "
                                      f"{_first_line(verdicts[name].message.split(chr(10), 1)[-1])}"))
             continue
         share, row_edges, col_edges = mismatch_bins(mismatch)
@@ -311,9 +311,10 @@ def _fmt(value, spec: str) -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "-"
 
 
-def _timing_text(timing: dict) -> str:
+def _timing_text(timing: dict, median_us) -> str:
+    """A timing's figures; without one, the row's bare median (a record from before timings had their noise)."""
     if not timing:
-        return "-"
+        return "-" if median_us is None else f"median {_fmt(median_us, '.4g')} us"
     rse = timing.get("rse")
     return (f"median {_fmt(timing.get('median'), '.4g')} us, IQR {_fmt(timing.get('iqr'), '.3g')}, "
             f"std {_fmt(timing.get('std'), '.3g')}, min {_fmt(timing.get('min'), '.4g')}, "
@@ -354,8 +355,8 @@ def _case_html(row: dict, plots: list) -> str:
 <h2>{_e(case)} <span class="status {_e(status)}">{_e(status)}</span></h2>
 {f'<p class="reason">{_e(why)}</p>' if why else ''}
 <table class="facts">
-<tr><th>kernel</th><td>{_e(_timing_text(row.get("kernel_timing")))}</td></tr>
-<tr><th>golden</th><td>{_e(_timing_text(row.get("golden_timing")))}</td></tr>
+<tr><th>kernel</th><td>{_e(_timing_text(row.get("kernel_timing"), row.get("kernel_us")))}</td></tr>
+<tr><th>golden</th><td>{_e(_timing_text(row.get("golden_timing"), row.get("golden_us")))}</td></tr>
 <tr><th>speedup</th><td>{_e(_speedup_text(row))} (golden median / kernel median, 1 sigma)</td></tr>
 <tr><th>max abs error</th><td>{_e(row.get("max_abs"))}</td></tr>
 </table>

@@ -168,6 +168,9 @@ def test_a_record_without_entries_draws_its_rounds_and_says_why_it_has_no_output
     assert [(p["tag"], p["data-kind"]) for p in broken] == [("p", "outputs"), ("p", "bench-rounds")]
     assert "outputs: case &#x27;broken&#x27; is no longer in the kernel library" in text
     assert "SpecError: bad spec</td>" in text  # the summary's reason: the first line of the first error
+    assert "<th>kernel</th><td>median 10 us, IQR 1, std 3, min 9, max 40, rse 1.00%, 30 rounds after 2 warmup, " \
+           "stopped by noise, 1 outliers</td>" in text
+    assert "<th>golden</th><td>median 20 us</td>" in text  # no golden_timing: its bare median
 
 
 @pytest.mark.parametrize("content, message", [
