@@ -22,7 +22,7 @@ TILES = textwrap.dedent('''
     """tiles: out = 2 x, by a kernel that is right and by one that is wrong only in its last tile."""
     import torch
 
-    from golden_tasks import Case, In, Out, TensorSpec, jit
+    from golden_tasks import Case, In, Out, TensorSpec, jit, ratio_allclose
 
     SHAPE = (40, 96)  # 16 x 16 tiles: the last one holds rows 32..39 (a partial tile) and columns 80..95
 
@@ -47,8 +47,12 @@ TILES = textwrap.dedent('''
                 TensorSpec("out", SHAPE, torch.float32)]
 
 
-    CASES = [Case(name, specs=specs, kernel=kernel, golden=golden_doubled, backend="eager", warmup=1, rounds=10)
-             for name, kernel in (("tiles_ok", doubled), ("tiles_tail_bug", doubled_but_last_tile))]
+    CASES = [Case(name, specs=specs, kernel=kernel, golden=golden_doubled, backend="eager", warmup=1, rounds=10,
+                  compare=compare)
+             for name, kernel, compare in (
+                 ("tiles_ok", doubled, {}), ("tiles_tail_bug", doubled_but_last_tile, {}),
+                 # rows 32.. are to be left 0, and are not: it fails with no element outside its bound
+                 ("tiles_dirty_tail", doubled, {"out": ratio_allclose(valid_rows=32, zero_tail=True)}))]
 ''')
 
 
@@ -94,7 +98,7 @@ def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_pat
     proj = Project(tmp_path / "p", ())
     (proj.path / "kernels" / "tiles.py").write_text(TILES)
     run = proj.console("--continue", "verify")
-    assert run.returncode != 0 and "tiles_tail_bug  FAIL" in run.stdout, run.stdout + run.stderr
+    assert run.returncode != 0 and re.search(r"^tiles_tail_bug +FAIL ", run.stdout, re.M), run.stdout + run.stderr
     made = html_report(proj)
     page = proj.path / "runs" / "report.html"
     assert made.returncode == 0 and made.stdout == f"html report: {page}\n", made.stderr
@@ -116,7 +120,10 @@ def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_pat
 
     assert len(drawn(bad, "mismatch-map")) == 1 and all(w > 200 and h > 150 for w, h in drawn(bad, "mismatch-map"))
     assert [p for p in ok["plots"] if p["data-kind"] == "mismatch-map"] == []  # a passing output has no map
-    for case in (ok, bad):
+    dirty = dom.cases["tiles_dirty_tail"]
+    assert dirty["status"] == "FAIL" and [p["tag"] for p in dirty["plots"] if p["data-kind"] == "mismatch-map"] == ["p"]
+    assert "output &#x27;out&#x27;: no element is outside its bound; its report says why it fails" in text
+    for case in (ok, bad, dirty):
         assert [p["data-output"] for p in case["plots"] if p["data-kind"] == "error-histogram"] == ["out"]
         assert all(w > 200 and h > 100 for w, h in drawn(case, "error-histogram"))
         assert [p["data-kind"] for p in case["plots"]].count("bench-rounds") == 1  # drawn, or its reason
