@@ -126,7 +126,27 @@ def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_pat
     for case in (ok, bad, dirty):
         assert [p["data-output"] for p in case["plots"] if p["data-kind"] == "error-histogram"] == ["out"]
         assert all(w > 200 and h > 100 for w, h in drawn(case, "error-histogram"))
-        assert [p["data-kind"] for p in case["plots"]].count("bench-rounds") == 1  # drawn, or its reason
+    # the rounds are drawn when the record has them (a case that reached its bench), else a reason says so
+    timed = {r["case"]: bool((r.get("kernel_timing") or {}).get("times"))
+             for r in json.loads((proj.path / "runs" / "report.json").read_text())["cases"]}
+    assert not timed["tiles_tail_bug"] and not timed["tiles_dirty_tail"]
+    for name, case in dom.cases.items():
+        assert [p["tag"] for p in case["plots"] if p["data-kind"] == "bench-rounds"] == [
+            "figure" if timed[name] else "p"], name
+
+    # With the content keys in the record the entries are found by them, not under the plans of the variables given
+    record = json.loads((proj.path / "runs" / "report.json").read_text())
+    for row in record["cases"]:
+        row["keys"] = {e["stage"]: e["key"] for e in proj.entries() if e["case"] == row["case"]}
+    (proj.path / "runs" / "report.json").write_text(json.dumps(record))
+    assert html_report(proj, "backend=aoti").returncode == 0
+    keyed = Sections(page.read_text()).cases
+    assert [p["tag"] for p in keyed["tiles_tail_bug"]["plots"] if p["data-kind"] == "mismatch-map"] == ["figure"]
+    assert "128 mismatching elements within rows 32..39" in page.read_text()
+    del record["cases"][1]["keys"]
+    (proj.path / "runs" / "report.json").write_text(json.dumps(record))
+    assert html_report(proj, "backend=aoti").returncode == 0  # no keys: the plans of backend=aoti have no entries
+    assert "outputs: no dispatch entry in the cache for the case&#x27;s current plan" in page.read_text()
 
     shot = tmp_path / "report.png"
     chromium(tmp_path, f"--screenshot={shot}", page.as_uri())
