@@ -32,9 +32,10 @@ from .library import planned_library, run_variables
 from .store import atomic_write
 
 MAX_BINS = 64  # a heat map has at most MAX_BINS x MAX_BINS cells, whatever the tensor's size
-HISTOGRAM_BINS = 40
+BINS_PER_DECADE = 4
 MAX_ROUNDS_SHOWN = 1000  # rounds beyond this are thinned to every k-th (outliers always kept)
-RATIO_FLOOR = 1e-6  # gap/bound below this (an exact match included) is drawn in the lowest bin
+LOW_DECADE = -6
+RATIO_FLOOR = 10.0 ** LOW_DECADE  # gap/bound below this (an exact match included) is drawn in the lowest bin
 
 
 class Unplottable(Exception):
@@ -44,7 +45,7 @@ class Unplottable(Exception):
 @dataclasses.dataclass
 class Plot:
     """One drawn figure (`svg`) or the reason there is none (`reason`), of a `kind` for one output or the case."""
-    kind: str  # "error-histogram" | "mismatch-map" | "bench-rounds"
+    kind: str  # "error-histogram" | "mismatch-map" | "bench-rounds"; "outputs": the reason none could be drawn
     caption: str
     svg: str = None
     reason: str = None
@@ -97,13 +98,15 @@ class RatioHistogram:
     counts: list
     edges: list
     judged: int
-    over: int  # ratio > 1: outside the bound
+    over: int  # not ratio <= 1: outside the bound (NaN/Inf included), as compare.error_map defines a mismatch
     nonfinite: int
     worst: float  # the largest finite ratio
 
 
-def ratio_histogram(gap, bound, bins: int = HISTOGRAM_BINS) -> RatioHistogram:
-    """The distribution of gap/bound (compare.error_map) over the points with a finite bound."""
+def ratio_histogram(gap, bound, per_decade: int = BINS_PER_DECADE) -> RatioHistogram:
+    """The distribution of gap/bound (compare.error_map) over the points with a finite bound, in bins (a, b] of
+    1/per_decade decade from RATIO_FLOOR up to a whole decade at or above the worst ratio and 10: the pass line
+    (ratio 1) is always an edge, and an element exactly at its bound falls left of it."""
     import torch  # noqa: PLC0415 -- the report's own process only
 
     judged = torch.isfinite(bound)
@@ -112,12 +115,12 @@ def ratio_histogram(gap, bound, bins: int = HISTOGRAM_BINS) -> RatioHistogram:
     finite = torch.isfinite(ratio)
     logs = ratio[finite].clamp_min(RATIO_FLOOR).log10()
     worst = float(ratio[finite].max()) if bool(finite.any()) else 0.0
-    low = math.log10(RATIO_FLOOR)
-    high = max(1.0, math.ceil(float(logs.max())) if logs.numel() else 1.0)  # the pass line always shows
-    counts = torch.histc(logs, bins=bins, min=low, max=high) if logs.numel() else torch.zeros(bins)
-    edges = [10 ** (low + (high - low) * i / bins) for i in range(bins + 1)]
-    return RatioHistogram([int(c) for c in counts], edges, int(judged.sum()), int((ratio > 1).sum()),
-                          int((~finite).sum()), worst)
+    top = max(1, math.ceil(float(logs.max()))) if logs.numel() else 1
+    steps = range(LOW_DECADE * per_decade, top * per_decade + 1)  # edges j / per_decade: log 0 is exact
+    edges = torch.tensor([j / per_decade for j in steps], dtype=logs.dtype)
+    counts = torch.bincount(torch.bucketize(logs, edges[1:-1]), minlength=len(edges) - 1)
+    return RatioHistogram(counts.tolist(), [10.0 ** e for e in edges.tolist()], int(judged.sum()),
+                          int((~(ratio <= 1)).sum()), int((~finite).sum()), worst)
 
 
 # -- drawing (matplotlib, Agg) to inline SVG
@@ -246,7 +249,8 @@ def output_plots(row: dict, sources: Sources) -> list:
             continue
         hist = ratio_histogram(gap, bound)
         plots.append(Plot("error-histogram", f"output {name!r}: {hist.judged} elements judged, {hist.over} over "
-                                             f"the bound, {hist.nonfinite} NaN/Inf; worst {hist.worst:.3g} x bound",
+                                             f"the bound ({hist.nonfinite} of them NaN/Inf); worst finite "
+                                             f"{hist.worst:.3g} x bound",
                           svg=draw_histogram(name, hist), output=name))
         if verdicts[name].passed:
             continue
@@ -474,6 +478,9 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"golden-tasks html report: {exc}", file=sys.stderr)
         return 2
+    import matplotlib  # noqa: PLC0415 -- the report's own process only
+
+    matplotlib.use("Agg")  # before the kernel modules are imported: one that imports pyplot gets no GUI backend
     sources = _sources(project, args.variables)
     page = render(record, lambda row: case_plots(row, sources)).encode()
     atomic_write(runs / "report.html", lambda f: f.write(page))

@@ -11,7 +11,7 @@ import pytest
 import torch
 from project import Project
 
-from golden_tasks.html_report import grid_shape, mismatch_bins, mismatch_extent
+from golden_tasks.html_report import RATIO_FLOOR, grid_shape, mismatch_bins, mismatch_extent, ratio_histogram
 
 INSTALL = "apt-get install -y chromium"
 # As root chromium needs --no-sandbox; --virtual-time-budget lets the page's load handler run before the dump.
@@ -248,3 +248,15 @@ def test_small_tensors_get_one_bin_per_element():
     share, _, _ = mismatch_bins(torch.tensor(True))
     assert share.tolist() == [[1.0]]
     assert mismatch_extent(torch.zeros(2, 2, dtype=torch.bool)) == "no element mismatches"
+
+
+def test_the_error_histogram_counts_each_judged_element_once_against_its_bound():
+    inf, nan = float("inf"), float("nan")
+    gap = torch.tensor([0.0, 1e-9, 0.5, 1.0, 3.0, 1.0, nan, 2.0, 5.0])
+    bound = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, inf, 0.0])  # inf: not judged
+    hist = ratio_histogram(gap, bound, per_decade=1)
+    assert (hist.judged, hist.over, hist.nonfinite, hist.worst) == (8, 4, 3, 3.0)  # 3x, 1/0, NaN, 5/0
+    assert len(hist.counts) == 7 and sum(hist.counts) == 5  # the finite ratios, from 1e-6 up to 10
+    assert hist.edges[0] == pytest.approx(RATIO_FLOOR) and hist.edges[6] == 1.0 and hist.edges[-1] == 10.0
+    assert hist.counts[0] == 2  # the exact match and 1e-9 lie at or below the floor
+    assert hist.counts[5:] == [2, 1]  # 0.5 and exactly 1.0 left of the pass line, 3.0 right of it
