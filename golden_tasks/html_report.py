@@ -312,19 +312,23 @@ def _reason(row: dict) -> str:
 
 def _fmt(value, spec: str) -> str:
     """A number of the record formatted, "-" when absent (or not a number: the page never fails on a field)."""
-    return format(value, spec) if isinstance(value, (int, float)) else "-"
+    try:
+        return "-" if value is None else format(value, spec)
+    except (TypeError, ValueError):
+        return "-"
 
 
-def _timing_text(timing: dict, median_us) -> str:
+def _timing_text(timing, median_us) -> str:
     """A timing's figures; without one, the row's bare median (a record from before timings had their noise)."""
-    if not timing:
+    if not isinstance(timing, dict) or not timing:
         return "-" if median_us is None else f"median {_fmt(median_us, '.4g')} us"
-    rse = timing.get("rse")
+    outliers = timing.get("outliers")
     return (f"median {_fmt(timing.get('median'), '.4g')} us, IQR {_fmt(timing.get('iqr'), '.3g')}, "
             f"std {_fmt(timing.get('std'), '.3g')}, min {_fmt(timing.get('min'), '.4g')}, "
-            f"max {_fmt(timing.get('max'), '.4g')}, rse {_fmt(rse, '.2%')}, "
-            f"{_e(timing.get('rounds'))} rounds after {_e(timing.get('warmup'))} warmup, stopped by "
-            f"{_e(timing.get('stopped'))}, {len(timing.get('outliers') or ())} outliers")
+            f"max {_fmt(timing.get('max'), '.4g')}, rse {_fmt(timing.get('rse'), '.2%')}, "
+            f"{_fmt(timing.get('rounds'), 'd')} rounds after {_fmt(timing.get('warmup'), 'd')} warmup, stopped by "
+            f"{timing.get('stopped') or '-'}, {_fmt(len(outliers) if isinstance(outliers, list) else None, 'd')} "
+            f"outliers")
 
 
 def _speedup_text(row: dict) -> str:
