@@ -14,9 +14,10 @@ from project import Project
 from golden_tasks.html_report import RATIO_FLOOR, grid_shape, mismatch_bins, mismatch_extent, ratio_histogram
 
 INSTALL = "apt-get install -y chromium"
-# As root chromium needs --no-sandbox; --virtual-time-budget lets the page's load handler run before the dump.
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,2400",
-                  "--virtual-time-budget=5000"]
+# As root chromium needs --no-sandbox; --virtual-time-budget lets the page's load handler run before the dump;
+# --disable-dev-shm-usage keeps it working in containers with a small /dev/shm.
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+                  "--window-size=1280,2400", "--virtual-time-budget=5000"]
 
 TILES = textwrap.dedent('''
     """tiles: out = 2 x, by a kernel that is right and by one that is wrong only in its last tile."""
@@ -56,11 +57,16 @@ TILES = textwrap.dedent('''
 ''')
 
 
-def chromium(tmp_path, *args) -> subprocess.CompletedProcess:
-    """Debian's chromium, headless, with its own profile directory; a missing browser fails the test."""
+def chromium_path() -> str:
+    """Debian's chromium; a missing browser fails the test (CI must install it), naming the install command."""
     exe = shutil.which("chromium")
     if exe is None:
         pytest.fail(f"chromium is not installed; install it: {INSTALL}")
+    return exe
+
+
+def chromium(exe, tmp_path, *args) -> subprocess.CompletedProcess:
+    """chromium, headless, with its own profile directory."""
     proc = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}", *args],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -95,6 +101,7 @@ def html_report(proj, *args):
 
 
 def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_path):
+    browser = chromium_path()  # first: without one the test fails at once
     proj = Project(tmp_path / "p", ())
     (proj.path / "kernels" / "tiles.py").write_text(TILES)
     run = proj.console("--continue", "verify")
@@ -109,7 +116,7 @@ def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_pat
     assert {v.split(":")[0] for v in re.findall(r'href="([^"#]*)[#"]', text)} <= {"", "data"}
     assert "128 mismatching elements within rows 32..39 and columns 80..95 of 40 x 96" in text
 
-    dom = Sections(chromium(tmp_path, "--dump-dom", page.as_uri()).stdout)
+    dom = Sections(chromium(browser, tmp_path, "--dump-dom", page.as_uri()).stdout)
     assert dom.body.get("data-layout") == "done"  # the page's script ran after layout
     ok, bad = dom.cases["tiles_ok"], dom.cases["tiles_tail_bug"]
     assert (ok["status"], bad["status"]) == ("PASS", "FAIL")
@@ -149,7 +156,7 @@ def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_pat
     assert "outputs: no dispatch entry in the cache for the case&#x27;s current plan" in page.read_text()
 
     shot = tmp_path / "report.png"
-    chromium(tmp_path, f"--screenshot={shot}", page.as_uri())
+    chromium(browser, tmp_path, f"--screenshot={shot}", page.as_uri())
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from matplotlib.image import imread
 
