@@ -561,3 +561,40 @@ class ErrorDistribution(_Comparator):
 
 
 error_distribution = ErrorDistribution
+
+
+def error_map(policy: Policy, name: str, actual: torch.Tensor, expected: torch.Tensor) -> tuple:
+    """(gap, bound): float64 tensors of the output's shape, |actual - expected| and the tolerance that output's
+    comparator in `policy` allows at each point; a point mismatches where not gap <= bound (a NaN gap included).
+
+    The comparator's own settings are used (rtol, atol, ignore_nan, valid_rows; an ErrorDistribution's judge), so
+    the map agrees point by point with the verdicts of Allclose and RatioAllclose (gap 0 and bound inf where nothing
+    is judged: a golden NaN under ignore_nan, rows past valid_rows) and of RatioReldiff (bound diff_thd * max(|golden|,
+    floor)). An infinite golden is matched by the same infinity only (gap 0, else bound 0), as in Allclose. Raises
+    ValueError with a one-line reason for a pair that cannot be compared and for a comparator without a bound per
+    element (TopkPairCompare, an ErrorDistribution that only measures, a user's own function).
+    """
+    comparator = policy.compare.get(name, allclose)
+    while isinstance(comparator, ErrorDistribution) and comparator.judge is not None:
+        comparator = comparator.judge
+    if not isinstance(comparator, (Allclose, RatioAllclose, RatioReldiff)):
+        kind = comparator.__name__ if isinstance(comparator, type) else type(comparator).__name__
+        raise ValueError(f"output {name!r}: its comparator {kind} has no tolerance per element")
+    try:
+        _comparable(name, actual, expected)
+        judged = torch.ones(expected.shape, dtype=torch.bool)
+        if isinstance(comparator, RatioAllclose) and comparator.valid_rows is not None:
+            axis, rows = _leading(name, tuple(expected.shape), comparator.valid_rows, comparator.valid_axis)
+            judged.narrow(axis, rows, expected.shape[axis] - rows).fill_(False)
+    except _Unjudgeable as why:
+        raise ValueError(str(why)) from None
+    pair = _Flat.of(comparator, policy, actual, expected)
+    if isinstance(comparator, RatioReldiff):
+        bound = comparator.diff_thd * pair.e.double().abs().clamp_min(comparator.floor)
+    else:
+        bound = pair.bound.double()
+    judged = pair.considered & judged.reshape(-1)
+    gap = torch.where((pair.a == pair.e) | ~judged, 0.0, pair.gap.double())
+    bound = torch.where(torch.isfinite(pair.e.double()), bound, 0.0)
+    bound = torch.where(judged, bound, math.inf)
+    return gap.reshape(expected.shape), bound.reshape(expected.shape)

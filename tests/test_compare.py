@@ -10,6 +10,7 @@ from golden_tasks.compare import (
     Sides,
     allclose,
     error_distribution,
+    error_map,
     ratio_allclose,
     ratio_reldiff,
     topk_pair_compare,
@@ -491,3 +492,64 @@ def test_error_distribution_with_a_judge_takes_its_verdict():
 def test_error_distribution_rejects_percentiles_out_of_range():
     with pytest.raises(ValueError, match="percentiles must lie in 0..100"):
         error_distribution(percentiles=(50, 101))
+
+
+# error_map: the per-element gap and bound behind a verdict, for the HTML report's plots
+
+def _mismatching(gap, bound):
+    return ~(gap <= bound)
+
+
+@pytest.mark.parametrize("comparator", [allclose, ratio_allclose(max_error_ratio=0.0),
+                                        ratio_reldiff(pct_thd=0.0, max_diff_hd=1e9),
+                                        error_distribution(judge=ratio_allclose(max_error_ratio=0.0))])
+def test_error_map_marks_exactly_the_points_its_comparator_counts(comparator):
+    torch.manual_seed(0)
+    e = torch.randn(6, 10, dtype=torch.float64)
+    a = e + 1e-7 * torch.randn_like(e)
+    a[5, 7:] += 0.5  # a tail-tile bug
+    a[0, 0] = NAN
+    gap, bound = error_map(Policy(1e-3, 1e-5, compare={"o": comparator}), "o", a, e)
+    assert gap.shape == bound.shape == e.shape and gap.dtype == bound.dtype == torch.float64
+    bad = _mismatching(gap, bound)
+    assert bad.nonzero().tolist() == [[0, 0], [5, 7], [5, 8], [5, 9]]
+    assert int(bad.sum()) == judge(comparator, a, e, Policy(1e-3, 1e-5)).mismatches
+    assert gap[5, 8] == pytest.approx(0.5, rel=1e-5)
+
+
+def test_error_map_takes_the_comparators_own_settings_and_leaves_unjudged_points_unbounded():
+    e = torch.ones(4, 3)
+    a = e + 0.01
+    a[3] = 9  # past valid_rows: the kernel's scratch
+    e[0, 0] = NAN
+    policy = Policy(0.0, 0.0, compare={"o": ratio_allclose(atol=0.02, valid_rows=3, ignore_nan=True)})
+    gap, bound = error_map(policy, "o", a, e)
+    assert not _mismatching(gap, bound).any()
+    assert torch.isinf(bound[3]).all() and torch.isinf(bound[0, 0]) and bound[1, 1] == pytest.approx(0.02)
+    assert gap[3].eq(0).all() and gap[0, 0] == 0 and gap[1, 1] == pytest.approx(0.01)
+    gap, bound = error_map(Policy(0.0, 0.0), "o", a, e)  # allclose with the policy's exact tolerance
+    assert bool(_mismatching(gap, bound).all())
+
+
+def test_error_map_integers_are_exact_and_infinities_match_only_themselves():
+    gap, bound = error_map(POLICY, "i", torch.tensor([2**53 + 1, 5]), torch.tensor([2**53, 5]))
+    assert _mismatching(gap, bound).tolist() == [True, False]  # an integer output takes no tolerance
+    gap, bound = error_map(POLICY, "o", torch.tensor([INF, 1.0, -INF]), torch.tensor([INF, INF, INF]))
+    assert _mismatching(gap, bound).tolist() == [False, True, True]
+
+
+@pytest.mark.parametrize("comparator, text", [
+    (topk_pair_compare("v"), "output 'o': its comparator TopkPairCompare has no tolerance per element"),
+    (error_distribution(), "output 'o': its comparator ErrorDistribution has no tolerance per element"),
+    (ratio_allclose, "output 'o': its comparator RatioAllclose has no tolerance per element"),
+    (lambda *args: None, "output 'o': its comparator function has no tolerance per element"),
+])
+def test_error_map_names_a_comparator_without_an_elementwise_bound(comparator, text):
+    with pytest.raises(ValueError) as raised:
+        error_map(Policy(1e-3, 1e-5, compare={"o": comparator}), "o", torch.ones(2), torch.ones(2))
+    assert str(raised.value) == text
+
+
+def test_error_map_refuses_a_pair_that_cannot_be_compared():
+    with pytest.raises(ValueError, match=r"output 'o': shape \(3,\) != golden shape \(2,\)"):
+        error_map(POLICY, "o", torch.ones(3), torch.ones(2))
