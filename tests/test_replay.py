@@ -45,11 +45,13 @@ def replay(project, runtime_dir, where=None):
 def test_runtime_dir_is_complete_linked_and_readable_without_the_package(project):
     case_dir = project.path / "runs" / "rms_norm"
     manifest = json.loads((case_dir / "manifest.json").read_text())
-    assert set(manifest["keys"]) == {"abi", "compile", "inputs", "golden", "dispatch", "validate", "bench"}
+    assert set(manifest["keys"]) == {"abi", "compile", "inputs", "golden", "dispatch", "validate", "inputs2", "golden2",
+                                     "bench", "golden_bench"}
     assert manifest["artifact"]["backend"] == "aoti" and (case_dir / "artifact" / "kernel.pt2").exists()
     assert manifest["profile"] == "default"
-    assert sorted(manifest["tensors"]) == ["data/golden/out.bin", "data/in/eps.bin", "data/in/weight.bin",
-                                           "data/in/x.bin", "data/out/out.bin"]
+    assert sorted(manifest["tensors"]) == ["data/golden/out.bin", "data/golden2/out.bin", "data/in/eps.bin",
+                                           "data/in/weight.bin", "data/in/x.bin", "data/in2/weight.bin",
+                                           "data/in2/x.bin", "data/out/out.bin"]
     x = case_dir / "data" / "in" / "x.bin"
     record = manifest["tensors"]["data/in/x.bin"]
     cached = project.cache / "objects" / record["digest"][:2] / record["digest"]
