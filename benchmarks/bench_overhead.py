@@ -10,12 +10,14 @@ same function, side by side in one run.
     python benchmarks/bench_overhead.py [--elements 4096] [--rounds 2000]
 """
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ["GOLDEN_TASKS_THREADS"] = "1"  # a trivial kernel: one thread on both sides, no pool wake-ups
 
 import torch  # noqa: E402
 from torch.utils.benchmark import Timer  # noqa: E402
@@ -50,7 +52,7 @@ def main() -> None:
         fixed = bench(rounds=args.rounds, warmup=100)
         adaptive = bench()
     x, out = torch.randn(args.elements), torch.empty(args.elements)
-    timer = Timer("fn(x, out)", globals={"fn": scale.fn, "x": x, "out": out}, num_threads=fixed["threads"])
+    timer = Timer("fn(x, out)", globals={"fn": scale.fn, "x": x, "out": out}, num_threads=1)
     reference = timer.blocked_autorange(min_run_time=2.0).median * 1e6
     print(f"trivial kernel: torch.mul of {args.elements} float32, {fixed['threads']} thread(s)")
     print(f"{'measurement':40} {'us/call':>9} {'ratio':>7}")
