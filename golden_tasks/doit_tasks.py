@@ -166,6 +166,11 @@ class CommandLine:
             return cls("invalid", {}, ())
         return cls(command, given, tuple(args))
 
+    @property
+    def workers(self) -> int:
+        """doit's worker processes (-n N): 1 without."""
+        return max(1, self.options.get("num_process", 1))
+
     def selects(self, task: str) -> bool:
         """Whether the run selects `task` by name, group or pattern (the default tasks: verify)."""
         group = task.partition(":")[0]
@@ -307,7 +312,7 @@ def tasks_for(root: Path) -> dict:
     line = CommandLine.parse(sys.argv[1:])
     config.quiet_third_party_warnings()
     # Workers fork after this: tell them how many share the cores (the profile: see Library).
-    os.environ.setdefault(config.WORKERS_ENV, str(max(1, line.options.get("num_process", 1))))
+    os.environ.setdefault(config.WORKERS_ENV, str(line.workers))
     if line.command == "run":
         _start_run(root, line)
     elif line.command == "help" and line.tasks:
