@@ -231,12 +231,15 @@ def finish_run() -> dict:
         row["log"] = str(report.log_path(runs, row["case"])) if row["status"] == "FAIL" else None
     _run.record = {"passed": all(r["status"] == "PASS" for r in rows), "started": _run.started,
                    "finished": time.time(), "cases": rows}
-    report.write_files(runs, _run.record)
+    try:
+        report.write_files(runs, _run.record)
+    except (VerificationFailure, OSError) as exc:  # CacheWriteError: the runs dir cannot be written
+        sys.stderr.write(f"golden-tasks: the run's files were not written: {exc}\n")
     return _run.record
 
 
 def _at_exit(parent: int) -> None:
-    if os.getpid() != parent:  # a process forked without exec runs its parent's atexit hooks
+    if os.getpid() != parent:  # a process forked without exec may run its parent's atexit hooks
         return
     try:
         finish_run()
@@ -272,7 +275,7 @@ def _start_run(root: Path, line: CommandLine) -> None:
     atexit.register(_at_exit, os.getpid())
 
 
-def _check_names(root: Path, line: CommandLine, names: set) -> None:
+def _check_names(line: CommandLine, names: set) -> None:
     """A task argument that names no task ends the run with the closest names (doit would say only
     that it is not a task)."""
     for arg in line.tasks:
@@ -358,7 +361,7 @@ def tasks_for(root: Path) -> dict:
         """verify every case; `verify:<case>` for one (`doit help verify`: the variables)"""
         lib = library(root)
         if line.command in ("run", "info"):
-            _check_names(root, line, {PLAN, VERIFY, "runtime", "replay", *graph.BY_NAME}
+            _check_names(line, {PLAN, VERIFY, "runtime", "replay", *graph.BY_NAME}
                          | {f"{task}:{case}" for task in (PLAN, VERIFY, "replay", *graph.BY_NAME) for case in lib.plans}
                          | {f"runtime:{p.case}" for p in lib.ok()})
         for plan in lib.plans.values():
@@ -464,7 +467,9 @@ class SummaryReporter(ConsoleReporter):
         self._done(task)
 
     def add_failure(self, task, fail):
-        if self.quiet and not self.failure_verbosity:
+        # Summarised: what our actions report (TaskFailed: journaled, in the case's log) and the cascade
+        # it causes; doit's own errors (an up-to-date check that raised, say) print as doit prints them.
+        if self.quiet and not self.failure_verbosity and isinstance(fail, (TaskFailed, UnmetDependency)):
             self.failures.append({"task": task, "exception": fail})
         else:
             super().add_failure(task, fail)
