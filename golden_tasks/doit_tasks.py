@@ -499,8 +499,12 @@ class SummaryReporter(ConsoleReporter):
             return
         rows = record["cases"]
         self.write(("\n" if self.wrote else "") + report.format_table(rows) + "\n")
-        self.write(f"report: {config.runs_root(_run.root) / 'report.json'}\n")
         unjudged = [r for r in rows if r["status"] not in ("PASS", "SKIPPED")]
+        unreached = [r["case"] for r in unjudged if r["status"] == "INCOMPLETE"]
+        if unreached and self.failures:
+            self.write(f"not reached: {', '.join(unreached)} (doit stops at the first failure; "
+                       "--continue runs the rest)\n")
+        self.write(f"report: {config.runs_root(_run.root) / 'report.json'}\n")
         if unjudged and not self.failures:
             for row in unjudged:
                 self.write(f"golden-tasks: {row['case']} is {row['status']} although no task failed\n")
