@@ -4,6 +4,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 from .store import Store
@@ -17,6 +18,27 @@ WORKERS_ENV = "GOLDEN_TASKS_WORKERS"
 PROFILE_ENV = "GOLDEN_TASKS_PROFILE"
 DEFAULT_PROFILE = "default"
 RANKS_ENV = "GOLDEN_TASKS_RANKS"
+
+# Third-party warnings that say nothing about the user's kernels: torch's own deprecation chatter
+# while it exports and unpickles programs. (start of the message, category); the tests filter the
+# same (pyproject.toml, [tool.pytest.ini_options] filterwarnings). No message may hold "," or ":",
+# the separators of PYTHONWARNINGS.
+THIRD_PARTY_WARNINGS = (
+    ("`torch.jit.script_method` is deprecated", DeprecationWarning),
+    ("`isinstance(treespec", FutureWarning),
+)
+
+
+def quiet_third_party_warnings() -> None:
+    """Hide THIRD_PARTY_WARNINGS here, in the processes forked from here, and (through PYTHONWARNINGS,
+    appended to what the user set) in every Python process started from here: the isolation
+    forkserver, whose forks are the isolated children, and the planning subprocess. Our own
+    warnings, and any other, still show."""
+    options = [f"ignore:{message}:{category.__name__}" for message, category in THIRD_PARTY_WARNINGS]
+    given = [o for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o]
+    os.environ["PYTHONWARNINGS"] = ",".join(given + [o for o in options if o not in given])
+    for message, category in THIRD_PARTY_WARNINGS:
+        warnings.filterwarnings("ignore", re.escape(message), category)
 
 
 def cache_root(project: Path = None) -> Path:

@@ -5,22 +5,45 @@ manifests, never torch or the kernel modules. Up-to-date checks are cache
 lookups of the stage's current key, so `doit list -s`, `doit info` and
 `doit --reporter=json` report a cache hit as up-to-date. Actions run the stage
 through graph.execute (in doit's worker processes with -n N).
+
+Every run that verifies cases writes its record (report.write_files: runs/report.json and
+runs/<case>.log, the full messages of each failing case) whatever reporter doit uses: each task's
+outcome goes to the run's journal from the process that knows it (the doit parent for its up-to-date
+checks, the process that ran the action for the rest), and the doit parent reads it into the rows
+when the run completes (SummaryReporter.complete_run) or, with another reporter, when it exits. An
+interrupted run (Ctrl-C) writes nothing: the files stay those of the last complete run.
+
+The console (SummaryReporter) prints no line per up-to-date task: on a terminal a live progress view
+(rich) runs until the summary, elsewhere one line per task that runs. A run that verifies cases ends
+with the table and one reason line per failing case, naming its log; `doit --failure-verbosity=2`
+adds doit's own failure output (every message, the tasks' captured output).
 """
-import argparse
 import atexit
+import dataclasses
+import difflib
+import fnmatch
+import json
 import os
+import signal
 import sys
+import tempfile
+import time
 import traceback
 from pathlib import Path
 
 from doit import get_var
+from doit.cmd_base import DoitCmdBase, opt_cwd, opt_dodo, opt_seek_file
+from doit.cmd_run import Run
+from doit.cmdparse import CmdOption, CmdParse, CmdParseError
+from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
 from . import config, graph, reaper, report, runtime
 from .discover import forget
 from .errors import StalePlan, VerificationFailure
-from .library import Library
+from .library import CONTEXT, Library
+from .plan import VARIABLES
 
 PLAN = "plan"
 VERIFY = "verify"
@@ -47,6 +70,8 @@ def _is_cached(root, stage, case):
     lib = library(root)
     hit = graph.cached(graph.BY_NAME[stage], lib.plans[case], lib.store) is not None
     _tally.add(stage, case, hit)
+    if hit:
+        _journal(f"{stage}:{case}", report.CACHED)
     return hit
 
 
@@ -72,19 +97,26 @@ def _ready_to_run(torch_stage: bool) -> None:
         _ready["threads"] = pid
 
 
+def _outcome(task: str, message: str = None):
+    """A task action's result for doit, journaled: True, or TaskFailed with `message`."""
+    _journal(task, report.FAILED if message else report.RAN, message)
+    return TaskFailed(f"{task}: {message}") if message else True
+
+
 def _run_stage(root, stage, case):
     lib = library(root)
     plan = lib.plans[case]
+    task = f"{stage}:{case}"
     try:
         _ready_to_run(graph.BY_NAME[stage].torch)
         graph.execute(graph.BY_NAME[stage], plan, lib.store)
     except StalePlan as exc:
         forget(root, lib.store, plan.module)
-        return TaskFailed(f"{stage}:{case}: {exc}")
+        return _outcome(task, str(exc))
     except Exception as exc:  # noqa: BLE001 -- one clear message; a traceback only for the unexpected
         detail = "" if isinstance(exc, VerificationFailure) else "\n" + "".join(traceback.format_exception(exc))
-        return TaskFailed(f"{stage}:{case}: {exc}{detail}")
-    return True
+        return _outcome(task, f"{exc}{detail}")
+    return _outcome(task)
 
 
 def _runtime_current(root, case):
@@ -97,8 +129,8 @@ def _materialize(root, case):
     try:
         runtime.materialize(lib.plans[case], lib.store, config.runs_root(root) / case)
     except (OSError, RuntimeError) as exc:
-        return TaskFailed(f"runtime:{case}: cannot write the runtime dir: {exc}")
-    return True
+        return _outcome(f"runtime:{case}", f"cannot write the runtime dir: {exc}")
+    return _outcome(f"runtime:{case}")
 
 
 def _replay(root, case):
@@ -107,41 +139,192 @@ def _replay(root, case):
     return replay.main(config.runs_root(root) / case, root) == 0
 
 
-def _plan_action(error):
-    return TaskFailed(error) if error else True
+def _plan_action(case, error):
+    return _outcome(f"{PLAN}:{case}", error)
 
 
-def _doit_workers(argv) -> int:
-    """The -n/--process value of this doit command line (doit does not expose it to dodo files)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("-n", "--process", type=int, default=1)
-    known, _ = parser.parse_known_args(argv)
-    return max(1, known.process)
+@dataclasses.dataclass(frozen=True)
+class CommandLine:
+    """A doit command line as doit reads it (doit does not expose it to dodo files): its command,
+    its options (doit's names: num_process, reporter, ...) and its task arguments; a run with no
+    task arguments runs the default tasks."""
+    command: str
+    options: dict
+    tasks: tuple
+
+    @classmethod
+    def parse(cls, argv) -> "CommandLine":
+        args = [a for a in argv if a.startswith("-") or "=" not in a]  # NAME=VALUE are doit's variables
+        options = DoitCmdBase.base_options + (opt_dodo, opt_cwd, opt_seek_file) + Run.cmd_options
+        parser = CmdParse([CmdOption(o) for o in options])
+        try:
+            given, args = parser.parse_only(args)  # doit's options, up to the command or the first task
+            command = args.pop(0) if args and args[0] in _COMMANDS else "run"
+            if command == "run":
+                given, args = parser.parse_only(args, given)
+        except CmdParseError:  # doit itself will say what is wrong with it
+            return cls("invalid", {}, ())
+        return cls(command, given, tuple(args))
+
+    @property
+    def workers(self) -> int:
+        """doit's worker processes (-n N): 1 without."""
+        return max(1, self.options.get("num_process", 1))
+
+    def selects(self, task: str) -> bool:
+        """Whether the run selects `task` by name, group or pattern (the default tasks: verify)."""
+        group = task.partition(":")[0]
+        return any(t in (task, group) or ("*" in t and fnmatch.fnmatchcase(task, t)) for t in self.tasks or [VERIFY])
 
 
-def _doit_command(argv) -> str:
-    """doit's command on this command line: "run" unless a non-running command is named first."""
-    first = next((a for a in argv if not a.startswith("-")), "run")
-    return first if first in _NON_RUNNING else "run"
+_COMMANDS = {c.get_name() for c in DoitMain.DOIT_CMDS} | {"auto"}  # "auto": the doit-auto plugin's
 
 
-_NON_RUNNING = {"list", "info", "help", "forget", "ignore", "clean", "dumpdb", "strace", "tabcompletion",
-                "resetdep", "auto"}
+@dataclasses.dataclass
+class _Run:
+    """This doit parent's run: its journal (a file of JSON lines {task, state, message}) and record."""
+    root: Path
+    line: CommandLine
+    journal: Path
+    started: float = dataclasses.field(default_factory=time.time)
+    interrupted: bool = False
+    finished: bool = False
+    record: dict = None
+
+
+_run = None  # set in the doit parent of a run (tasks_for)
+JOURNAL_ENV = "GOLDEN_TASKS_JOURNAL"
+
+
+def _journal(task: str, state: str, message: str = None) -> None:
+    """Append a task's outcome to the run's journal, in one write (atomic next to other processes')."""
+    path = os.environ.get(JOURNAL_ENV)
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, (json.dumps({"task": task, "state": state, "message": message}) + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def finish_run() -> dict:
+    """The run record, built from the journal and written (report.write_files) once, in the doit
+    parent; None when the run verified no case, checked no task (doit stopped before running) or
+    was interrupted."""
+    if _run is None or _run.finished or _run.interrupted or _run.root not in _libraries:
+        return _run and _run.record
+    _run.finished = True
+    lines = [json.loads(line) for line in _run.journal.read_text().splitlines()]
+    lib = _libraries[_run.root]
+    cases = [c for c in lib.plans if _run.line.selects(f"{VERIFY}:{c}")]
+    if not lines or not cases:
+        return None
+    states, errors = {}, {}
+    for line in lines:
+        stage, _, case = line["task"].partition(":")
+        states.setdefault(case, {})[stage] = line["state"]
+        if line["message"]:
+            errors.setdefault(case, {})[stage] = line["message"]
+    runs = config.runs_root(lib.root)
+    rows = [report.case_row(lib.plans[c], states.get(c, {}), errors.get(c, {}), lib.store) for c in cases]
+    for row in rows:
+        row["log"] = str(report.log_path(runs, row["case"])) if row["status"] == "FAIL" else None
+    _run.record = {"passed": all(r["status"] == "PASS" for r in rows), "started": _run.started,
+                   "finished": time.time(), "cases": rows}
+    try:
+        report.write_files(runs, _run.record)
+    except (VerificationFailure, OSError) as exc:  # CacheWriteError: the runs dir cannot be written
+        sys.stderr.write(f"golden-tasks: the run's files were not written: {exc}\n")
+    return _run.record
+
+
+def _at_exit(parent: int) -> None:
+    if os.getpid() != parent:  # a process forked without exec may run its parent's atexit hooks
+        return
+    try:
+        finish_run()
+        if _libraries:
+            _log_tally(library(_run.root).store, parent)
+    finally:
+        _run.journal.unlink(missing_ok=True)
+
+
+def _interrupt(signum, frame):
+    _run.interrupted = True
+    raise KeyboardInterrupt
+
+
+def _plain_interrupt(kind, value, tb, previous=sys.excepthook):
+    """Ctrl-C ends the doit parent with a line, not doit's traceback."""
+    if not issubclass(kind, KeyboardInterrupt):
+        return previous(kind, value, tb)
+    report_json = config.runs_root(_run.root) / "report.json"
+    kept = f"; {report_json} is still the last complete run's" if report_json.exists() else ""
+    sys.stderr.write(f"\ngolden-tasks: interrupted{kept}\n")
+
+
+def _start_run(root: Path, line: CommandLine) -> None:
+    """In the doit parent of a run, before workers fork: the journal, and what happens at its end."""
+    global _run
+    fd, journal = tempfile.mkstemp(prefix="golden-tasks-journal-", suffix=".jsonl")
+    os.close(fd)
+    _run = _Run(root, line, Path(journal))
+    os.environ[JOURNAL_ENV] = journal
+    signal.signal(signal.SIGINT, _interrupt)
+    sys.excepthook = _plain_interrupt
+    atexit.register(_at_exit, os.getpid())
+
+
+def _check_names(line: CommandLine, names: set) -> None:
+    """A task argument that names no task ends the run with the closest names (doit would say only
+    that it is not a task)."""
+    for arg in line.tasks:
+        if "*" in arg or arg in names:
+            continue
+        close = difflib.get_close_matches(arg, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `doit list` shows the tasks"
+        sys.stderr.write(f"golden-tasks: no task {arg!r}{hint}\n")
+        sys.exit(3)  # doit's status for an error before any task runs
+
+
+# The doit variables (NAME=VALUE after the task names) by name, for `doit help <task>`.
+VARIABLE_HELP = {
+    "backend": "eager|aoti: compile every case with this backend (empty: each case's own)",
+    "options": "JSON object: inductor options merged over each case's",
+    "timeout": "seconds a kernel or golden call may take before it counts as hung (default 60)",
+    "warmup": "untimed calls before the bench's timed rounds",
+    "rounds": "timed rounds of the bench",
+    "profile": f"size profile of kernel modules that have them (${config.PROFILE_ENV}, default "
+               f"{config.DEFAULT_PROFILE!r})",
+    "ranks": f"world size of every multi-rank case (${config.RANKS_ENV}; default: each case's own)",
+}
+
+
+def _print_variables() -> None:
+    """After `doit help <task>`, which knows only a task's first doc line and its --options."""
+    names = [*VARIABLES, *CONTEXT]
+    width = max(map(len, names)) + 2
+    print("\nvariables, as NAME=VALUE after the task names (`doit verify:rms_norm rounds=20`):")
+    for name in names:
+        print(f"  {name:<{width}}{VARIABLE_HELP.get(name, '')}")
 
 
 def tasks_for(root: Path) -> dict:
     """The `task_*` functions for a dodo.py: `globals().update(tasks_for(root))`."""
     root = Path(root).resolve()
+    line = CommandLine.parse(sys.argv[1:])
+    config.quiet_third_party_warnings()
     # Workers fork after this: tell them how many share the cores (the profile: see Library).
-    os.environ.setdefault(config.WORKERS_ENV, str(_doit_workers(sys.argv[1:])))
-    if _doit_command(sys.argv[1:]) == "run":
-        parent = os.getpid()
-        atexit.register(lambda: _log_tally(library(root).store, parent) if _libraries else None)
+    os.environ.setdefault(config.WORKERS_ENV, str(line.workers))
+    if line.command == "run":
+        _start_run(root, line)
+    elif line.command == "help" and line.tasks:
+        atexit.register(_print_variables)
 
     def task_plan():
         """plan each case: import errors and bad specs surface here"""
         for plan in library(root).plans.values():
-            yield {"name": plan.case, "actions": [(_plan_action, [plan.error])],
+            yield {"name": plan.case, "actions": [(_plan_action, [plan.case, plan.error])],
                    "uptodate": [not plan.error], "doc": f"plan {plan.case}"}
 
     def stage_creator(stage):
@@ -149,8 +332,8 @@ def tasks_for(root: Path) -> dict:
             for plan in library(root).plans.values():
                 case = plan.case
                 if plan.error:  # `doit abi:<case>` shows why the case cannot be planned
-                    yield {"name": case, "doc": f"{stage.doc} ({case})", "actions": [(_plan_action, [plan.error])],
-                           "task_dep": [f"{PLAN}:{case}"]}
+                    yield {"name": case, "doc": f"{stage.doc} ({case})",
+                           "actions": [(TaskFailed, [plan.error])], "task_dep": [f"{PLAN}:{case}"]}
                     continue
                 yield {"name": case, "doc": f"{stage.doc} ({case})",
                        "actions": [(_run_stage, [root, stage.name, case])],
@@ -175,8 +358,13 @@ def tasks_for(root: Path) -> dict:
                    "doc": f"replay runs/{plan.case}"}
 
     def task_verify():
-        """verify every case; `verify:<case>` for one"""
-        for plan in library(root).plans.values():
+        """verify every case; `verify:<case>` for one (`doit help verify`: the variables)"""
+        lib = library(root)
+        if line.command in ("run", "info"):
+            _check_names(line, {PLAN, VERIFY, "runtime", "replay", *graph.BY_NAME}
+                         | {f"{task}:{case}" for task in (PLAN, VERIFY, "replay", *graph.BY_NAME) for case in lib.plans}
+                         | {f"runtime:{p.case}" for p in lib.ok()})
+        for plan in lib.plans.values():
             case = plan.case
             deps = ([f"{PLAN}:{case}"] if plan.error
                     else [f"{s.name}:{case}" for s in graph.STAGES] + [f"runtime:{case}"])
@@ -188,9 +376,51 @@ def tasks_for(root: Path) -> dict:
     return tasks
 
 
+class _LiveProgress:
+    """The live view on a terminal: tasks done of the run's total, cache hits, failures, the tasks
+    running now. rich draws it below whatever the run prints (`print`) and removes it at `stop`."""
+
+    def __init__(self, outstream, total: int):
+        from rich.console import Console  # noqa: PLC0415 -- only on a terminal
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+
+        self.running, self.cached, self.failed = [], 0, 0
+        self.view = Progress(TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
+                             TimeElapsedColumn(), TextColumn("{task.fields[detail]}"),
+                             console=Console(file=outstream), transient=True)
+        self.task = self.view.add_task("", total=total, detail="")
+        self.view.start()
+
+    def update(self, advance: int = 0) -> None:
+        detail = f"{self.cached} cached" + (f", {self.failed} failed" if self.failed else "")
+        if self.running:
+            detail += "  running: " + ", ".join(self.running)
+        self.view.update(self.task, advance=advance, detail=detail)
+
+    def print(self, text: str) -> None:
+        self.view.console.out(text, end="", highlight=False)
+
+    def stop(self) -> None:
+        self.view.stop()
+
+
+def _closure(tasks: dict, selected) -> set:
+    """The names of the selected tasks and every task they depend on."""
+    seen, todo = set(), list(selected)
+    while todo:
+        name = todo.pop()
+        if name not in seen and name in tasks:
+            seen.add(name)
+            todo.extend(tasks[name].task_dep)
+    return seen
+
+
 class SummaryReporter(ConsoleReporter):
-    """doit's console output, then a summary table and runs/report.json of the cases this run
-    verified (`verify` or `verify:<case>`; a run of single stages has no verdict to summarise).
+    """doit's console output without a line per up-to-date task: on a terminal a live progress view,
+    elsewhere a line per task that runs. A run that verifies cases ends with the summary table of
+    its record (finish_run) and one reason line per failing case; doit's own failure output (each
+    message as it happens, dependency cascades, the failed tasks' captured output) only with
+    `--failure-verbosity` 1 or 2, or in a run that verifies nothing (it has no table).
 
     A verified case whose row is not PASS or SKIPPED although no task failed (an entry that
     vanished under the run, say) ends the run with exit status 1: no CI may read a green exit
@@ -200,46 +430,81 @@ class SummaryReporter(ConsoleReporter):
 
     def __init__(self, outstream, options):
         super().__init__(outstream, options)
-        self.states = {}  # case -> {stage: state}
-        self.errors = {}  # case -> {stage: message}
-        self.verified = set()  # cases whose verify task was part of the run
+        self.live = None
+        self.wrote = False
+        self.quiet = False  # a run that verifies cases: its failures are summarised under the table
 
-    def _set(self, task, state, message=None):
-        stage, _, case = task.name.partition(":")
-        if stage == VERIFY and case:
-            self.verified.add(case)
-        if case and (stage in graph.BY_NAME or stage == PLAN):
-            self.states.setdefault(case, {})[stage] = state
-            if message:
-                self.errors.setdefault(case, {})[stage] = message
+    def initialize(self, tasks, selected_tasks):
+        self.quiet = any(t.partition(":")[0] == VERIFY for t in _closure(tasks, selected_tasks))
+        if self.outstream.isatty():
+            total = sum(1 for t in _closure(tasks, selected_tasks) if tasks[t].actions)
+            self.live = _LiveProgress(self.outstream, total)
+
+    def write(self, text):
+        self.wrote = True
+        if self.live:
+            self.live.print(text)
+        else:
+            super().write(text)
+
+    def _done(self, task, failed=False):
+        if self.live and task.actions:
+            if task.name in self.live.running:
+                self.live.running.remove(task.name)
+            self.live.failed += failed
+            self.live.update(advance=1)
+
+    def execute_task(self, task):
+        if self.live:
+            if task.actions:
+                self.live.running.append(task.name)
+                self.live.update()
+        else:
+            super().execute_task(task)
 
     def add_success(self, task):
         super().add_success(task)
-        self._set(task, report.RAN)
+        self._done(task)
 
     def add_failure(self, task, fail):
-        super().add_failure(task, fail)
-        if isinstance(fail, UnmetDependency):
-            self._set(task, report.NOT_RUN)
+        # Summarised: what our actions report (TaskFailed: journaled, in the case's log) and the cascade
+        # it causes; doit's own errors (an up-to-date check that raised, say) print as doit prints them.
+        if self.quiet and not self.failure_verbosity and isinstance(fail, (TaskFailed, UnmetDependency)):
+            self.failures.append({"task": task, "exception": fail})
         else:
-            self._set(task, report.FAILED, fail.message)
+            super().add_failure(task, fail)
+        self._done(task, failed=not isinstance(fail, UnmetDependency))
 
     def skip_uptodate(self, task):
-        super().skip_uptodate(task)
-        self._set(task, report.CACHED)
+        if self.live and task.actions:
+            self.live.cached += 1
+        self._done(task)
+
+    def skip_ignore(self, task):
+        super().skip_ignore(task)
+        self._done(task)
 
     def complete_run(self):
-        super().complete_run()
-        if not self.verified:
+        if self.live:
+            self.live.stop()
+            self.live = None
+        if _run and _run.interrupted:
             return
-        lib = next(iter(_libraries.values()))
-        rows = [report.case_row(lib.plans[c], self.states.get(c, {}), self.errors.get(c, {}), lib.store)
-                for c in lib.plans if c in self.verified]
-        self.write("\n" + report.format_table(rows) + "\n")
-        path = config.runs_root(lib.root) / "report.json"
-        report.write_json(path, rows)
-        self.write(f"report: {path}\n")
+        if not self.quiet or self.failure_verbosity:
+            super().complete_run()
+        elif self.runtime_errors:
+            self.write("Execution aborted.\n" + "\n".join(self.runtime_errors) + "\n")
+        record = finish_run()
+        if not record:
+            return
+        rows = record["cases"]
+        self.write(("\n" if self.wrote else "") + report.format_table(rows) + "\n")
         unjudged = [r for r in rows if r["status"] not in ("PASS", "SKIPPED")]
+        unreached = [r["case"] for r in unjudged if r["status"] == "INCOMPLETE"]
+        if unreached and self.failures:
+            self.write(f"not reached: {', '.join(unreached)} (doit stops at the first failure; "
+                       "--continue runs the rest)\n")
+        self.write(f"report: {config.runs_root(_run.root) / 'report.json'}\n")
         if unjudged and not self.failures:
             for row in unjudged:
                 self.write(f"golden-tasks: {row['case']} is {row['status']} although no task failed\n")

@@ -1,5 +1,11 @@
-"""The end-of-run summary: one row per case, as a table and as JSON."""
+"""The end-of-run summary: one row per case, as a table and as the run's files.
+
+The files of a run (write_files), beside the runtime dirs runs/<case>/: runs/report.json, the
+record; runs/<case>.log, every failure message of a case that failed in the run (the table's
+reason line is the first line of the first one).
+"""
 import json
+from pathlib import Path
 
 from .graph import STAGES, snapshot
 from .outputs import BenchMeta, Stats, ValidateMeta
@@ -16,9 +22,10 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict
     row = {"case": plan.case, "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
            "max_abs": None, "outputs": [], "warnings": [], "kernel_us": None, "golden_us": None, "speedup": None,
            "speedup_err": None, "kernel_timing": None, "golden_timing": None, "rank_us": None, "imbalance": None,
-           "keys": {}, "seconds": None, "errors": errors, "skipped": None}
+           "keys": {}, "seconds": None, "errors": errors, "skipped": None, "reason": None}
     if plan.error:
-        row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan.error})
+        row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan.error},
+                   reason=_first_line({"plan": plan.error}))
         return row
     entries = snapshot(plan, store)
     row["keys"] = {name: entry and entry.key for name, entry in entries.items()}
@@ -43,7 +50,7 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict
         if None not in noise:  # relative standard errors add in quadrature
             row["speedup_err"] = row["speedup"] * (noise[0] ** 2 + noise[1] ** 2) ** 0.5
     if errors or FAILED in row["stages"].values():
-        row["status"] = "FAIL"
+        row.update(status="FAIL", reason=_first_line(errors))
     elif verdict and verdict.skipped:
         row.update(status="SKIPPED", skipped=verdict.skipped)
     elif validate and bench:
@@ -51,6 +58,17 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict
     else:
         row["status"] = "INCOMPLETE"
     return row
+
+
+def _first_line(errors: dict) -> str:
+    """The message that matters: the first line of the first failure (plan, then graph order), with
+    the next one when it only announces them ("validation FAILED for x:")."""
+    order = ["plan", *(s.name for s in STAGES)]
+    for stage in sorted(errors, key=lambda s: order.index(s) if s in order else len(order)):
+        lines = [line.strip() for line in errors[stage].splitlines() if line.strip()]
+        if lines:
+            return f"{stage}: " + " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])
+    return "a stage failed without a message"
 
 
 class Tally:
@@ -83,10 +101,37 @@ def format_table(rows: list) -> str:
     lines += [f"{r['case']}: SKIPPED: {r['skipped']}" for r in rows if r["skipped"]]
     lines += [f"{r['case']}: per rank, median us: " + ", ".join(f"{i}: {us:.1f}" for i, us in enumerate(r["rank_us"]))
               + (f"; LOAD IMBALANCE: {r['imbalance']}" if r["imbalance"] else "") for r in rows if r["rank_us"]]
+    lines += [f"{r['case']}: FAIL at {r['reason']}" + (f"  (all messages: {_shown(r['log'])})" if r.get("log") else "")
+              for r in rows if r["status"] == "FAIL"]
     return "\n".join(lines)
 
 
-def write_json(path, rows: list) -> None:
-    text = json.dumps({"cases": rows, "passed": all(r["status"] == "PASS" for r in rows)},
-                      indent=1, sort_keys=True).encode()
-    atomic_write(path, lambda f: f.write(text))
+def _shown(path: str) -> str:
+    """A path as short as it can be said: relative to the working directory when inside it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def log_path(runs_root: Path, case: str) -> Path:
+    return Path(runs_root) / f"{case}.log"
+
+
+def write_files(runs_root: Path, record: dict) -> None:
+    """Write the run's files under `runs_root` (see the module): the record as runs/report.json, the
+    log of each case whose row names one (row["log"]), and remove the old log of every other case
+    of the run."""
+    for row in record["cases"]:
+        path = log_path(runs_root, row["case"])
+        if row.get("log"):
+            _write_text(path, "".join(f"== {stage}:{row['case']}\n{message.rstrip()}\n\n"
+                                      for stage, message in row["errors"].items()))
+        else:
+            path.unlink(missing_ok=True)
+    _write_text(Path(runs_root) / "report.json", json.dumps(record, indent=1, sort_keys=True))
+
+
+def _write_text(path: Path, text: str) -> None:
+    data = text.encode()
+    atomic_write(path, lambda f: f.write(data))

@@ -4,17 +4,17 @@ import os
 import pytest
 
 from golden_tasks import config, report
-from golden_tasks.doit_tasks import _doit_workers
+from golden_tasks.doit_tasks import CommandLine
 from golden_tasks.library import apply_context
 from golden_tasks.toolchain import toolchain
 
 
 @pytest.mark.parametrize("argv,workers", [
     (["-n", "2", "verify"], 2), (["-n4"], 4), (["--process=3", "verify"], 3), (["verify"], 1),
-    (["verify:x", "backend=eager"], 1), (["-n", "0", "verify"], 1),
+    (["verify:x", "backend=eager"], 1), (["-n", "0", "verify"], 1), (["run", "-n", "2"], 2),
 ])
 def test_worker_count_from_the_doit_command_line(argv, workers):
-    assert _doit_workers(argv) == workers
+    assert CommandLine.parse(argv).workers == workers
 
 
 def test_threads_share_the_cores(monkeypatch):
@@ -62,12 +62,17 @@ def test_summary_table_layout():
     stages = {"abi": "cached", "compile": "ran", "inputs": "cached", "golden": "cached", "dispatch": "ran",
               "validate": "FAILED", "bench": "-"}
     row = {"case": "c", "status": "FAIL", "stages": stages, "max_abs": None, "kernel_us": 10.0,
-           "golden_us": 25.0, "speedup": 2.5, "skipped": None, "rank_us": None, "imbalance": None}
-    skipped = {**row, "case": "g", "status": "SKIPPED", "skipped": "no GPU"}
-    ranked = {**row, "case": "r", "rank_us": [9.5, 10.0], "imbalance": "rank 1 was the slowest"}
-    header, rule, line, skipped_line, ranked_line, reason, per_rank = \
-        report.format_table([row, skipped, ranked]).splitlines()
+           "golden_us": 25.0, "speedup": 2.5, "skipped": None, "rank_us": None, "imbalance": None,
+           "reason": "validate: 3 of 4 mismatched", "log": None}
+    skipped = {**row, "case": "g", "status": "SKIPPED", "skipped": "no GPU", "reason": None}
+    ranked = {**row, "case": "r", "status": "PASS", "reason": None, "rank_us": [9.5, 10.0],
+              "imbalance": "rank 1 was the slowest"}
+    logged = {**row, "case": "l", "log": "/elsewhere/l.log"}
+    header, rule, line, skipped_line, ranked_line, logged_line, reason, per_rank, failed, failed_logged = \
+        report.format_table([row, skipped, ranked, logged]).splitlines()
     assert reason == "g: SKIPPED: no GPU"
+    assert failed == "c: FAIL at validate: 3 of 4 mismatched"
+    assert failed_logged == "l: FAIL at validate: 3 of 4 mismatched  (all messages: /elsewhere/l.log)"
     assert per_rank == "r: per rank, median us: 0: 9.5, 1: 10.0; LOAD IMBALANCE: rank 1 was the slowest"
     assert header.split() == ["case", "status", "abi", "compile", "inputs", "golden", "dispatch", "validate",
                               "bench", "max", "err", "kernel", "us", "golden", "us", "speedup"]

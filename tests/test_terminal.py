@@ -1,0 +1,183 @@
+"""What `doit verify` shows a person at a terminal and leaves in a log, from real doit runs.
+
+A terminal is a real pseudo-terminal (the pty module) that is the run's controlling terminal, so
+Ctrl-C there is a real SIGINT to its process group. The project holds hello_world (compiled with
+AOTInductor, whose export makes torch emit its FutureWarning) and a case whose golden warns.
+"""
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import termios
+import time
+
+import pytest
+from project import Project
+
+from golden_tasks.library import CONTEXT
+from golden_tasks.plan import VARIABLES
+
+OWN_WARNING = "a kernel's own warning, which must show"
+WARNS = f'''"""add, with a golden that warns."""
+import warnings
+
+import torch
+
+from golden_tasks import Case, In, Out, TensorSpec, jit
+
+
+@jit
+def warns(x: In, out: Out):
+    out.copy_(x + 1)
+
+
+def golden_warns(t):
+    warnings.warn("{OWN_WARNING}")
+    t["out"].copy_(t["x"] + 1)
+
+
+CASES = [Case("warns", specs=[TensorSpec("x", (8,), torch.float32, init_value=torch.randn),
+                              TensorSpec("out", (8,), torch.float32)], backend="eager", warmup=1, rounds=3)]
+'''
+FAST = ("warmup=1", "rounds=3")
+
+
+def on_terminal(project, *args, interrupt_on=None):
+    """Run doit on a pseudo-terminal that is its controlling terminal; (exit status, all it wrote).
+    With `interrupt_on`, type Ctrl-C once the output shows that text."""
+    master, slave = pty.openpty()
+    env = {**project.env, "COLUMNS": "160"}
+    env.pop("PYTHONWARNINGS")  # a user's shell: warnings show unless we filter them
+
+    def controlling_terminal():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(project.command(*args), cwd=project.path, env=env, stdin=slave, stdout=slave,
+                            stderr=slave, preexec_fn=controlling_terminal)
+    os.close(slave)
+    out, deadline = b"", time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 1.0)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every process holding the terminal has exited
+                    break
+                if not chunk:
+                    break
+                out += chunk
+                if interrupt_on and interrupt_on.encode() in out:
+                    os.write(master, b"\x03")
+                    interrupt_on = None
+        return proc.wait(timeout=120), out.decode(errors="replace")
+    finally:
+        proc.kill()
+        os.close(master)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    proj = Project(tmp_path_factory.mktemp("terminal"), ("hello_world",))
+    (proj.path / "kernels" / "warns.py").write_text(WARNS)
+    proj.cold = on_terminal(proj, "-n", "2", "verify", *FAST)
+    return proj
+
+
+def test_a_terminal_shows_live_progress_then_the_summary(project):
+    code, out = project.cold
+    assert code == 0, out
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out)  # the view, without its escape codes
+    assert "\x1b[" in out and re.search(r"\d+/18 tasks", plain) and "running: compile:hello_world" in plain
+    assert re.search(r"hello_world +PASS +ran", out) and re.search(r"warns +PASS +ran", out)
+    assert "runs/report.json" in out
+    # torch's deprecation chatter is filtered, in the isolated children too; ours is not
+    assert "FutureWarning" not in out and "DeprecationWarning" not in out
+    assert OWN_WARNING in out
+
+
+def test_a_no_op_run_prints_the_summary_only(project):
+    proc = project.console("verify", *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    header, rule, *rows, last = proc.stdout.splitlines()
+    assert header.startswith("case ") and set(rule) == {"-", " "}
+    assert [r.split()[:3] for r in rows] == [["hello_world", "PASS", "cached"], ["warns", "PASS", "cached"]]
+    assert last == f"report: {project.path / 'runs' / 'report.json'}"
+    assert "\x1b" not in proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def broken(project):
+    project.edit("hello_world", "torch.sub(x, y, alpha=-1)", "torch.sub(x, y)")
+    yield project
+    project.restore("hello_world")
+
+
+def test_a_failing_case_gets_one_reason_line_and_a_log(broken):
+    proc = broken.console("-n", "2", "--continue", "verify", "backend=eager", *FAST)
+    assert proc.returncode != 0
+    shown = proc.stdout + proc.stderr
+    assert "UnmetDependency" not in shown and "<stdout>" not in shown and "####" not in shown
+    assert "\x1b" not in shown
+    log = broken.path / "runs" / "hello_world.log"
+    (reason,) = [line for line in proc.stdout.splitlines() if line.startswith("hello_world: FAIL")]
+    assert reason == ("hello_world: FAIL at validate: validation FAILED for hello_world: output 'out': "
+                      "3840/3840 elements mismatched (rtol=0, atol=0)  (all messages: runs/hello_world.log)")
+    assert "worst at" in log.read_text()
+    # doit's own failure output, for those who ask
+    full = broken.console("--continue", "--failure-verbosity=2", "verify:hello_world", "backend=eager", *FAST)
+    assert "TaskFailed - taskid:validate:hello_world" in full.stdout and "worst at" in full.stdout
+
+
+def test_the_json_reporter_run_writes_the_record_too(broken):
+    before = time.time()
+    code, results, _, _ = broken.doit("--continue", "verify", "backend=eager", *FAST)
+    assert code != 0 and results["validate:hello_world"] == "fail"
+    record = json.loads((broken.path / "runs" / "report.json").read_text())
+    assert record["started"] >= before - 60 and record["finished"] >= record["started"]
+    assert not record["passed"]
+    rows = {r["case"]: r for r in record["cases"]}
+    assert rows["hello_world"]["status"] == "FAIL" and rows["warns"]["status"] == "PASS"
+    assert rows["hello_world"]["stages"]["validate"] == "FAILED" and rows["warns"]["stages"]["validate"] == "cached"
+    assert rows["hello_world"]["reason"].startswith("validate: validation FAILED for hello_world: output 'out'")
+    assert "worst at" in rows["hello_world"]["errors"]["validate"]
+    assert (broken.path / "runs" / "hello_world.log").exists()
+    # the case passes again: its log goes
+    broken.restore("hello_world")
+    code, _, _, _ = broken.doit("verify", *FAST)
+    assert code == 0 and not (broken.path / "runs" / "hello_world.log").exists()
+
+
+def test_ctrl_c_is_one_line_and_keeps_the_last_complete_report(project):
+    saved = (project.path / "runs" / "report.json").read_bytes()
+    code, out = on_terminal(project, "-n", "2", "verify", "warmup=1", "rounds=4", interrupt_on="running: ")
+    assert code != 0
+    assert "Traceback" not in out and "golden-tasks: interrupted;" in out
+    assert (project.path / "runs" / "report.json").read_bytes() == saved
+
+
+def test_mistyped_names_bad_variables_and_help(project):
+    typo = project.console("verify:helo_world")
+    assert typo.returncode == 3
+    assert "golden-tasks: no task 'verify:helo_world'; did you mean verify:hello_world" in typo.stderr
+    bad = project.console("verify", "rounds=abc")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == "golden-tasks: doit variable rounds='abc' is not an integer >= 1"
+    shown = project.console("help", "verify").stdout
+    for name in (*VARIABLES, *CONTEXT):
+        assert re.search(rf"^  {name} +\S", shown, re.M), name
+
+
+def test_the_selection_is_read_as_doit_reads_it():
+    from golden_tasks.doit_tasks import CommandLine
+
+    line = CommandLine.parse(["-n", "2", "--continue", "verify:a", "rounds=3"])
+    assert line.command == "run" and line.tasks == ("verify:a",) and line.selects("verify:a")
+    assert not line.selects("verify:b")
+    assert CommandLine.parse(["--reporter=json"]).selects("verify:b")  # the default tasks
+    assert CommandLine.parse(["run", "verify:*"]).selects("verify:b")
+    assert not CommandLine.parse(["compile:a"]).selects("verify:a")
+    assert CommandLine.parse(["list", "--all"]).command == "list"
