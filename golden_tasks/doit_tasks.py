@@ -44,6 +44,7 @@ from .discover import forget
 from .errors import StalePlan, VerificationFailure
 from .library import CONTEXT, Library
 from .plan import VARIABLES
+from .toolchain import machine, toolchain
 
 PLAN = "plan"
 VERIFY = "verify"
@@ -189,6 +190,7 @@ class _Run:
     started: float = dataclasses.field(default_factory=time.time)
     interrupted: bool = False
     finished: bool = False
+    drawn: bool = False
     record: dict = None
 
 
@@ -230,12 +232,22 @@ def finish_run() -> dict:
     for row in rows:
         row["log"] = str(report.log_path(runs, row["case"])) if row["status"] == "FAIL" else None
     _run.record = {"passed": all(r["status"] == "PASS" for r in rows), "started": _run.started,
-                   "finished": time.time(), "cases": rows}
+                   "finished": time.time(), "machine": machine(), "toolchain": toolchain(), "cases": rows}
     try:
         report.write_files(runs, _run.record)
     except (VerificationFailure, OSError) as exc:  # CacheWriteError: the runs dir cannot be written
         sys.stderr.write(f"golden-tasks: the run's files were not written: {exc}\n")
+        _run.record = None
     return _run.record
+
+
+def draw_run() -> None:
+    """Once, after finish_run wrote the record: runs/report.html (slow: it plots, in its own process)."""
+    if _run is None or _run.drawn or not _run.record:
+        return
+    _run.drawn = True
+    if failed := report.write_html(_run.root):
+        sys.stderr.write(f"golden-tasks: runs/report.html was not written: {failed}\n")
 
 
 def _at_exit(parent: int) -> None:
@@ -243,6 +255,7 @@ def _at_exit(parent: int) -> None:
         return
     try:
         finish_run()
+        draw_run()
         if _libraries:
             _log_tally(library(_run.root).store, parent)
     finally:
@@ -504,7 +517,10 @@ class SummaryReporter(ConsoleReporter):
         if unreached and self.failures:
             self.write(f"not reached: {', '.join(unreached)} (doit stops at the first failure; "
                        "--continue runs the rest)\n")
-        self.write(f"report: {config.runs_root(_run.root) / 'report.json'}\n")
+        self.outstream.flush()  # the table first: the page takes a few seconds to draw
+        draw_run()
+        runs = config.runs_root(_run.root)
+        self.write(f"report: {runs / 'report.json'} (also report.xml, report.html)\n")
         if unjudged and not self.failures:
             for row in unjudged:
                 self.write(f"golden-tasks: {row['case']} is {row['status']} although no task failed\n")

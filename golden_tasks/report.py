@@ -1,12 +1,16 @@
 """The end-of-run summary: one row per case, as a table and as the run's files.
 
 The files of a run (write_files), beside the runtime dirs runs/<case>/: runs/report.json, the
-record; runs/<case>.log, every failure message of a case that failed in the run (the table's
-reason line is the first line of the first one).
+record (docs/reports.md); runs/report.xml, the same as JUnit XML for CI systems (golden_tasks.junit);
+runs/<case>.log, every failure message of a case that failed in the run (the table's reason line is
+the first line of the first one); and runs/report.html (write_html: golden_tasks.html_report).
 """
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+from . import junit
 from .graph import STAGES, snapshot
 from .outputs import BenchMeta, Stats, ValidateMeta
 from .plan import FailedPlan, Plan
@@ -90,15 +94,24 @@ def _num(value, fmt):
     return "-" if value is None else format(value, fmt)
 
 
+def _speedup(row: dict) -> str:
+    """The speedup with its uncertainty (one standard error), when both timings have one."""
+    if row["speedup"] is None:
+        return "-"
+    err = row.get("speedup_err")
+    return f"{row['speedup']:.2f}x" + ("" if err is None else f" ±{err:.2f}")
+
+
 def format_table(rows: list) -> str:
     header = ["case", "status", *[s.name for s in STAGES], "max err", "kernel us", "golden us", "speedup"]
     body = [[r["case"], r["status"], *r["stages"].values(), _num(r["max_abs"], ".2e"),
              _num(r["kernel_us"], ".1f"), _num(r["golden_us"], ".1f"),
-             "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"] for r in rows]
+             _speedup(r)] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += [f"{r['case']}: SKIPPED: {r['skipped']}" for r in rows if r["skipped"]]
+    lines += [f"{r['case']}: WARNING: {w}" for r in rows for w in r.get("warnings", ())]
     lines += [f"{r['case']}: per rank, median us: " + ", ".join(f"{i}: {us:.1f}" for i, us in enumerate(r["rank_us"]))
               + (f"; LOAD IMBALANCE: {r['imbalance']}" if r["imbalance"] else "") for r in rows if r["rank_us"]]
     lines += [f"{r['case']}: FAIL at {r['reason']}" + (f"  (all messages: {_shown(r['log'])})" if r.get("log") else "")
@@ -130,6 +143,15 @@ def write_files(runs_root: Path, record: dict) -> None:
         else:
             path.unlink(missing_ok=True)
     _write_text(Path(runs_root) / "report.json", json.dumps(record, indent=1, sort_keys=True))
+    junit.write(Path(runs_root) / "report.xml", record)
+
+
+def write_html(project: Path) -> str:
+    """Render runs/report.html from the record just written, in its own process (it imports torch,
+    matplotlib and the kernel modules, which the doit parent must not): None, or why it failed."""
+    done = subprocess.run([sys.executable, "-m", "golden_tasks.html_report", "--project", str(project)],
+                          capture_output=True, text=True)
+    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no message"])[-1]
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -60,22 +60,24 @@ def test_toolchain_names_every_component():
 
 def test_summary_table_layout():
     stages = {"abi": "cached", "compile": "ran", "inputs": "cached", "golden": "cached", "dispatch": "ran",
-              "validate": "FAILED", "bench": "-"}
+              "validate": "FAILED", "inputs2": "cached", "golden2": "cached", "bench": "-", "golden_bench": "ran"}
     row = {"case": "c", "status": "FAIL", "stages": stages, "max_abs": None, "kernel_us": 10.0,
            "golden_us": 25.0, "speedup": 2.5, "skipped": None, "rank_us": None, "imbalance": None,
            "reason": "validate: 3 of 4 mismatched", "log": None}
     skipped = {**row, "case": "g", "status": "SKIPPED", "skipped": "no GPU", "reason": None}
     ranked = {**row, "case": "r", "status": "PASS", "reason": None, "rank_us": [9.5, 10.0],
-              "imbalance": "rank 1 was the slowest"}
+              "imbalance": "rank 1 was the slowest", "speedup_err": 0.125, "warnings": ["output 'o': vacuous"]}
     logged = {**row, "case": "l", "log": "/elsewhere/l.log"}
-    header, rule, line, skipped_line, ranked_line, logged_line, reason, per_rank, failed, failed_logged = \
+    header, rule, line, skipped_line, ranked_line, logged_line, reason, warned, per_rank, failed, failed_logged = \
         report.format_table([row, skipped, ranked, logged]).splitlines()
     assert reason == "g: SKIPPED: no GPU"
+    assert warned == "r: WARNING: output 'o': vacuous" and ranked_line.endswith("2.50x ±0.12")
     assert failed == "c: FAIL at validate: 3 of 4 mismatched"
     assert failed_logged == "l: FAIL at validate: 3 of 4 mismatched  (all messages: /elsewhere/l.log)"
     assert per_rank == "r: per rank, median us: 0: 9.5, 1: 10.0; LOAD IMBALANCE: rank 1 was the slowest"
     assert header.split() == ["case", "status", "abi", "compile", "inputs", "golden", "dispatch", "validate",
-                              "bench", "max", "err", "kernel", "us", "golden", "us", "speedup"]
+                              "inputs2", "golden2", "bench", "golden_bench", "max", "err", "kernel", "us", "golden",
+                              "us", "speedup"]
     assert set(rule.replace(" ", "")) == {"-"}
-    assert line.split() == ["c", "FAIL", "cached", "ran", "cached", "cached", "ran", "FAILED", "-", "-",
-                            "10.0", "25.0", "2.50x"]
+    assert line.split() == ["c", "FAIL", "cached", "ran", "cached", "cached", "ran", "FAILED", "cached", "cached", "-",
+                            "ran", "-", "10.0", "25.0", "2.50x"]

@@ -105,7 +105,7 @@ def test_a_no_op_run_prints_the_summary_only(project):
     header, rule, *rows, last = proc.stdout.splitlines()
     assert header.startswith("case ") and set(rule) == {"-", " "}
     assert [r.split()[:3] for r in rows] == [["hello_world", "PASS", "cached"], ["warns", "PASS", "cached"]]
-    assert last == f"report: {project.path / 'runs' / 'report.json'}"
+    assert last == f"report: {project.path / 'runs' / 'report.json'} (also report.xml, report.html)"
     assert "\x1b" not in proc.stdout + proc.stderr
 
 
