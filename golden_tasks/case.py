@@ -60,7 +60,7 @@ class Case:
     min_rounds: int = 10
     max_rounds: int = 10_000
     rse: float = 0.01
-    budget: float = 10.0
+    budget: float = 2.0
     flush: bool = False
     timeout: float = 60.0  # seconds a kernel call may take before it counts as hung
     ranks: int = None  # the world size of a multi-rank kernel (default: the kernel's own)

@@ -34,7 +34,7 @@ class Rounds:
     min_rounds: int = 10
     max_rounds: int = 10_000
     rse: float = 0.01
-    budget: float = 10.0
+    budget: float = 2.0
     flush: bool = False
 
     @property
