@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from . import config, graph
+from .hashing import digest_file, digest_json
 from .library import planned_library, run_variables
 from .store import atomic_write
 
@@ -455,6 +456,68 @@ def read_record(path: Path) -> dict:
     return record
 
 
+# -- the figures of a case, kept in the cache under the content they are drawn from
+
+
+def plot_key(row: dict) -> str:
+    """The digest of everything a case's figures are drawn from, or None when the row cannot say (no
+    content keys): the golden's and the kernel's outputs and the rounds (their entries' keys), the policy
+    judging them (its fingerprint), and the code that draws them."""
+    keys, fingerprints = row.get("keys") or {}, row.get("fingerprints") or {}
+    drawn_from = {stage: keys.get(stage) for stage in ("golden", "dispatch", "bench")}
+    if None in drawn_from.values() or not fingerprints.get("policy"):
+        return None
+    here = Path(__file__).parent
+    return digest_json({**drawn_from, "policy": fingerprints["policy"],
+                        "code": [digest_file(here / name) for name in ("html_report.py", "compare.py")]})
+
+
+def _plots_path(store, key: str) -> Path:
+    return store.root / "plots" / f"{key}.json"
+
+
+def remembered_plots(store, row: dict) -> list:
+    """The case's figures as drawn before from the same content, or None."""
+    key = plot_key(row)
+    try:
+        return key and [Plot(**p) for p in json.loads(_plots_path(store, key).read_text())]
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def remember_plots(store, row: dict, plots: list) -> None:
+    """Keep the case's figures for the next page drawn from the same content (not for a read-only cache)."""
+    key = plot_key(row)
+    if key and not store.readonly:
+        path = _plots_path(store, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps([dataclasses.asdict(p) for p in plots]).encode()
+        atomic_write(path, lambda f: f.write(text))
+
+
+def write_page(project: Path, plots_of) -> Path:
+    """RUNS/report.html from RUNS/report.json; raises ValueError naming a bad record."""
+    runs = config.runs_root(project)
+    page = render(read_record(runs / "report.json"), plots_of).encode()
+    atomic_write(runs / "report.html", lambda f: f.write(page))
+    return runs / "report.html"
+
+
+def write_page_if_drawn(project: Path) -> bool:
+    """Write the page here, without plotting, when every case's figures are in the cache (a run that changed
+    nothing a figure shows): whether it did. Cheap enough for the doit parent: no torch, no matplotlib."""
+    store = config.open_store(project)
+    try:
+        record = read_record(config.runs_root(project) / "report.json")
+    except ValueError:
+        return False
+    plots = {row["case"]: remembered_plots(store, row) for row in record["cases"]}
+    if any(p is None for p in plots.values()):
+        return False
+    write_page(project, lambda row: plots[row["case"]])
+    return True
+
+
 def _sources(project: Path, variables: list) -> Sources:
     store = config.open_store(project)
     sys.path.insert(0, str(project))  # the kernel modules, as doit finds them beside dodo.py
@@ -476,19 +539,26 @@ def main(argv=None) -> int:
     bad = [v for v in args.variables if "=" not in v]
     if bad:
         parser.error(f"{bad[0]!r} is not NAME=VALUE")
-    runs = config.runs_root(project)
     try:
-        record = read_record(runs / "report.json")
+        read_record(config.runs_root(project) / "report.json")
     except ValueError as exc:
         print(f"golden-tasks html report: {exc}", file=sys.stderr)
         return 2
     import matplotlib  # noqa: PLC0415 -- the report's own process only
 
     matplotlib.use("Agg")  # before the kernel modules are imported: one that imports pyplot gets no GUI backend
-    sources = _sources(project, args.variables)
-    page = render(record, lambda row: case_plots(row, sources)).encode()
-    atomic_write(runs / "report.html", lambda f: f.write(page))
-    print(f"html report: {runs / 'report.html'}")
+    sources = None
+
+    def plots_of(row):
+        nonlocal sources
+        found = remembered_plots(config.open_store(project), row)
+        if found is None:
+            sources = sources or _sources(project, args.variables)
+            found = case_plots(row, sources)
+            remember_plots(sources.store, row, found)
+        return found
+
+    print(f"html report: {write_page(project, plots_of)}")
     return 0
 
 

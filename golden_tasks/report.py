@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import junit
+from . import html_report, junit
 from .graph import STAGES, snapshot
 from .outputs import BenchMeta, Stats, ValidateMeta
 from .plan import FailedPlan, Plan
@@ -26,13 +26,14 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict
     row = {"case": plan.case, "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
            "max_abs": None, "outputs": [], "warnings": [], "kernel_us": None, "golden_us": None, "speedup": None,
            "speedup_err": None, "kernel_timing": None, "golden_timing": None, "rank_us": None, "imbalance": None,
-           "keys": {}, "seconds": None, "errors": errors, "skipped": None, "reason": None}
+           "keys": {}, "fingerprints": {}, "seconds": None, "errors": errors, "skipped": None, "reason": None}
     if plan.error:
         row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan.error},
                    reason=_first_line({"plan": plan.error}))
         return row
     entries = snapshot(plan, store)
     row["keys"] = {name: entry and entry.key for name, entry in entries.items()}
+    row["fingerprints"] = {field: getattr(plan, field) for field in ("kernel", "golden", "policy")}
     row["seconds"] = sum(Stats.of(entries[name]).seconds or 0.0 for name, state in row["stages"].items()
                          if state == RAN and entries[name])
     validate, bench, timed_golden = entries["validate"], entries["bench"], entries["golden_bench"]
@@ -147,8 +148,11 @@ def write_files(runs_root: Path, record: dict) -> None:
 
 
 def write_html(project: Path) -> str:
-    """Render runs/report.html from the record just written, in its own process (it imports torch,
-    matplotlib and the kernel modules, which the doit parent must not): None, or why it failed."""
+    """Render runs/report.html from the record just written: here when every case's figures are in the
+    cache, else in its own process (plotting imports torch, matplotlib and the kernel modules, which the
+    doit parent must not): None, or why it failed."""
+    if html_report.write_page_if_drawn(project):
+        return None
     done = subprocess.run([sys.executable, "-m", "golden_tasks.html_report", "--project", str(project)],
                           capture_output=True, text=True)
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no message"])[-1]

@@ -1,5 +1,15 @@
-"""Shared fixtures: every test gets its own cache and runs directory, and the default profile."""
+"""Shared fixtures: every test gets its own cache and runs directory, and the default profile. Third-party
+warnings are filtered as a run filters them (golden_tasks.config.THIRD_PARTY_WARNINGS)."""
+import re
+
 import pytest
+
+from golden_tasks.config import THIRD_PARTY_WARNINGS
+
+
+def pytest_configure(config):
+    for message, category in THIRD_PARTY_WARNINGS:
+        config.addinivalue_line("filterwarnings", f"ignore:{re.escape(message)}:{category.__name__}")
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import pytest
 from project import Project, ran, stage_results
 
 LIBRARY = ("hello_world", "rms_norm", "layer_norm", "softmax", "rope", "gemm")
-HEAVY = {"compile", "inputs", "golden", "dispatch", "validate", "bench"}
+HEAVY = {"compile", "inputs", "golden", "dispatch", "validate", "inputs2", "golden2", "bench", "golden_bench"}
 
 KERNEL_LINE = 'out.copy_((x.float() * inv_rms * weight.float()).to(out.dtype))'
 GOLDEN_LINE = 't["out"].copy_(x / rms * t["weight"].double())'
@@ -57,6 +57,11 @@ def test_second_run_is_all_up_to_date(fresh):
     assert stages and set(stages.values()) == {"up-to-date"}
 
 
+def test_fresh_measures_again_and_reuses_every_verdict(fresh):
+    code, results, _, _ = fresh.doit("verify:hello_world", "fresh=1")
+    assert code == 0 and heavy_ran(results) == {"bench:hello_world", "golden_bench:hello_world"}
+
+
 def test_summary_table_and_json_report(fresh):
     proc = fresh.console("verify:rms_norm")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -71,7 +76,9 @@ def test_golden_only_edit_reruns_golden_and_validate(fresh):
     fresh.edit("rms_norm", GOLDEN_LINE, GOLDEN_LINE[:-1] + NUDGE + ")")
     code, results, _, _ = fresh.doit("verify:rms_norm")
     assert code == 0
-    assert heavy_ran(results) == {"golden:rms_norm", "validate:rms_norm"}
+    # the golden's runs, its timing, and what judges against its outputs (validate, the benchmark's recheck)
+    assert heavy_ran(results) == {"golden:rms_norm", "golden2:rms_norm", "golden_bench:rms_norm", "validate:rms_norm",
+                                  "bench:rms_norm"}
 
 
 def test_kernel_only_edit_reruns_compile_dispatch_validate_bench(fresh):

@@ -13,6 +13,7 @@ import select
 import subprocess
 import termios
 import time
+from xml.etree import ElementTree
 
 import pytest
 from project import Project
@@ -145,6 +146,10 @@ def test_the_json_reporter_run_writes_the_record_too(broken):
     assert rows["hello_world"]["reason"].startswith("validate: validation FAILED for hello_world: output 'out'")
     assert "worst at" in rows["hello_world"]["errors"]["validate"]
     assert (broken.path / "runs" / "hello_world.log").exists()
+    junit = ElementTree.parse(broken.path / "runs" / "report.xml").getroot()
+    assert junit.get("failures") == "1" and junit.find("testcase[@name='hello_world']/failure") is not None
+    page = (broken.path / "runs" / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "hello_world" in page
     # the case passes again: its log goes
     broken.restore("hello_world")
     code, _, _, _ = broken.doit("verify", *FAST)
