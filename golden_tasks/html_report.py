@@ -461,12 +461,12 @@ def read_record(path: Path) -> dict:
 
 def plot_key(row: dict) -> str:
     """The digest of everything a case's figures are drawn from, or None when the row cannot say (no
-    content keys): the golden's and the kernel's outputs and the rounds (their entries' keys), the policy
-    judging them (its fingerprint), and the code that draws them."""
+    content keys): the golden's and the kernel's outputs and the rounds (their entries' keys, None for a
+    stage that did not run), the policy judging them (its fingerprint), and the code that draws them."""
     keys, fingerprints = row.get("keys") or {}, row.get("fingerprints") or {}
-    drawn_from = {stage: keys.get(stage) for stage in ("golden", "dispatch", "bench")}
-    if None in drawn_from.values() or not fingerprints.get("policy"):
+    if not keys or not fingerprints.get("policy"):
         return None
+    drawn_from = {stage: keys.get(stage) for stage in ("golden", "dispatch", "bench")}
     here = Path(__file__).parent
     return digest_json({**drawn_from, "policy": fingerprints["policy"],
                         "code": [digest_file(here / name) for name in ("html_report.py", "compare.py")]})

@@ -11,7 +11,14 @@ import pytest
 import torch
 from project import Project
 
-from golden_tasks.html_report import RATIO_FLOOR, grid_shape, mismatch_bins, mismatch_extent, ratio_histogram
+from golden_tasks.html_report import (
+    RATIO_FLOOR,
+    grid_shape,
+    mismatch_bins,
+    mismatch_extent,
+    ratio_histogram,
+    write_page_if_drawn,
+)
 
 INSTALL = "apt-get install -y chromium"
 # As root chromium needs --no-sandbox; --virtual-time-budget lets the page's load handler run before the dump;
@@ -100,14 +107,20 @@ def html_report(proj, *args):
                           cwd=proj.path, env=proj.env, capture_output=True, text=True, timeout=300)
 
 
-def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_path):
+def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_path, monkeypatch):
     browser = chromium_path()  # first: without one the test fails at once
     proj = Project(tmp_path / "p", ())
     (proj.path / "kernels" / "tiles.py").write_text(TILES)
     run = proj.console("--continue", "verify")
     assert run.returncode != 0 and re.search(r"^tiles_tail_bug +FAIL ", run.stdout, re.M), run.stdout + run.stderr
-    made = html_report(proj)
     page = proj.path / "runs" / "report.html"
+    drawn_by_the_run = page.read_text()
+    # the figures are kept under the content they show: the next page is drawn from them, without plotting
+    assert len(list((proj.cache / "plots").glob("*.json"))) == 3
+    monkeypatch.setenv("GOLDEN_TASKS_CACHE", str(proj.cache))
+    monkeypatch.setenv("GOLDEN_TASKS_RUNS", str(proj.path / "runs"))
+    assert write_page_if_drawn(proj.path) and page.read_text() == drawn_by_the_run
+    made = html_report(proj)
     assert made.returncode == 0 and made.stdout == f"html report: {page}\n", made.stderr
     text = page.read_text()
     assert len(text) < 300_000  # figures are SVG of binned data, not of every element
