@@ -60,6 +60,9 @@ def test_second_run_is_all_up_to_date(fresh):
 def test_fresh_measures_again_and_reuses_every_verdict(fresh):
     code, results, _, _ = fresh.doit("verify:hello_world", "fresh=1")
     assert code == 0 and heavy_ran(results) == {"bench:hello_world", "golden_bench:hello_world"}
+    # a run without it finds the earlier timings again; the runtime dir goes back to them
+    code, results, _, _ = fresh.doit("verify:hello_world")
+    assert code == 0 and heavy_ran(results) == set() and results["runtime:hello_world"] == "success"
 
 
 def test_summary_table_and_json_report(fresh):
