@@ -69,7 +69,8 @@ _tally = report.Tally()  # status checks of this doit process, logged when it ex
 
 def _is_cached(root, stage, case):
     lib = library(root)
-    hit = graph.cached(graph.BY_NAME[stage], lib.plans[case], lib.store) is not None
+    graph_stage, plan = graph.BY_NAME[stage], lib.plans[case]
+    hit = not graph.remeasured(graph_stage, plan) and graph.cached(graph_stage, plan, lib.store) is not None
     _tally.add(stage, case, hit)
     if hit:
         _journal(f"{stage}:{case}", report.CACHED)
@@ -122,7 +123,8 @@ def _run_stage(root, stage, case):
 
 def _runtime_current(root, case):
     lib = library(root)
-    return runtime.is_current(lib.plans[case], lib.store, config.runs_root(root) / case)
+    plan = lib.plans[case]  # fresh=1: the dir's report.json gets the new timings
+    return not plan.fresh and runtime.is_current(plan, lib.store, config.runs_root(root) / case)
 
 
 def _materialize(root, case):

@@ -132,6 +132,11 @@ def resolve(stage: Stage, plan: Plan, store: Store, found: dict = None):
     return digest_json(recipe(stage, plan, upstream)), upstream
 
 
+def remeasured(stage: Stage, plan: Plan) -> bool:
+    """Whether this run measures `stage` again although its entry is cached (`fresh=1`, a timing stage)."""
+    return stage.timing and plan.fresh
+
+
 def cached(stage: Stage, plan: Plan, store: Store, found: dict = None):
     """The stage's cached entry under its current key, or None. `found` (stage -> entry or None)
     shares the lookups of several calls that read the store at one moment (see `resolve`)."""
@@ -185,11 +190,11 @@ def execute(stage: Stage, plan: Plan, store: Store, case=None) -> tuple[Entry, b
             for name in stage.reads:
                 execute(BY_NAME[name], plan, store, case)
             key, upstream = resolve(stage, plan, store)
-        hit = store.get(stage.name, key)
+        hit = None if remeasured(stage, plan) else store.get(stage.name, key)
         if hit is not None:
             return hit, False
         with store.computing(stage.name, key):
-            hit = store.get(stage.name, key)  # computed by whoever held the lock before us
+            hit = None if remeasured(stage, plan) else store.get(stage.name, key)  # computed by a lock holder
             if hit is not None:
                 return hit, False
             try:

@@ -98,8 +98,8 @@ def _bench(values: dict, old: dict) -> dict:
     return {**old, **{name: parse(name, values[name]) for name, parse in _BENCH_VARIABLES.items() if name in values}}
 
 
-def _fresh(values: dict, old) -> str:
-    return uuid.uuid4().hex if _switch("fresh", values["fresh"]) else old
+def _fresh(values: dict, old: bool) -> bool:
+    return _switch("fresh", values["fresh"])
 
 
 def _timeout(values: dict, old: float) -> float:
@@ -143,8 +143,9 @@ class Plan:
     # stages.Rounds: how long the kernel and the golden are timed
     bench: dict = _field("run", ("bench", "golden_bench"), variable=Variable(tuple(_BENCH_VARIABLES), _bench),
                          default={})
-    # `fresh=1`: a new value, so that the timings are measured again (the verdicts stay cached)
-    fresh: str = _field("run", ("bench", "golden_bench"), variable=Variable(("fresh",), _fresh))
+    # in no key: `fresh=1` measures the timing stages again and replaces their entries (graph.Stage.timing;
+    # an entry's timings are outside its digest, so what reads it keeps its key and stays cached)
+    fresh: bool = _field("run", variable=Variable(("fresh",), _fresh), default=False)
     data_in: dict = _field("case", _MAKING_INPUTS, default={},
                            replay="the saved inputs come from other data files than the case's now")
     data_out: dict = _field("case", ("golden", "golden2"), default={},

@@ -40,8 +40,7 @@ def test_variables_override_their_fields_and_bad_values_name_the_variable():
     assert (new.backend, new.options, new.bench, new.timeout) == (
         "eager", {"a": 1, "b": 2}, {"warmup": 5, "rounds": 3, "rse": 0.005, "budget": 2.0, "flush": True}, 2.5)
     assert base.overridden({}) == base and base.overridden({"backend": ""}).backend is None
-    fresh = base.overridden({"fresh": "1"}).fresh
-    assert fresh and fresh != base.overridden({"fresh": "1"}).fresh and base.overridden({"fresh": "0"}).fresh is None
+    assert base.overridden({"fresh": "1"}).fresh is True and base.overridden({"fresh": "0"}).fresh is False
     for name, value, message in (("rounds", "0", "is not an integer >= 1"), ("warmup", "-1", ">= 0"),
                                  ("timeout", "soon", "seconds > 0"), ("options", "[1]", "not a JSON object"),
                                  ("rse", "abc", "not a number > 0"), ("budget", "0", "not a number > 0"),
