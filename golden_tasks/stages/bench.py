@@ -1,13 +1,13 @@
 """Bench: time the kernel on the cached inputs (stages.Rounds), then recheck it, in a child process per rank.
 
-Every call starts from the inputs: before it, outside its time, InOut buffers are restored and Out
-buffers filled with a poison (NaN; -1 for integers), so each round does the same work and must write
-all of its outputs. After the rounds the same processes call the kernel once on the second input set
-(inputs2), and the outputs of the last timed round and of that call are judged again with the
-validation policy: a kernel right only on its first call, or one that returns a result it cached,
-fails here. A multi-rank kernel's calls are bracketed by barriers; each rank times its own call, a
-round takes as long as its slowest rank (the critical path), and a rank that is the slowest round
-after round is reported as a load imbalance.
+Every call starts as dispatch's call did: before it, outside its time, InOut buffers are restored to
+the inputs and Out buffers to zeros, so each round does the same work and must write its outputs
+again (a kernel that leaves them alone after its first call leaves zeros). After the rounds the same
+processes call the kernel once on the second input set (inputs2), and the outputs of the last timed
+round and of that call are judged again with the validation policy: a kernel right only on its first
+call, or one that returns a result it cached, fails here. A multi-rank kernel's calls are bracketed by
+barriers; each rank times its own call, a round takes as long as its slowest rank (the critical path),
+and a rank that is the slowest round after round is reported as a load imbalance.
 """
 import functools
 
@@ -22,22 +22,15 @@ from . import Outputs, Rounds, StageFailed, adaptive_rounds, cache_flush, load_c
 IMBALANCE_SHARE, IMBALANCE_ROUNDS, IMBALANCE_RATIO = 0.75, 10, 1.10
 
 
-def _poison(t: torch.Tensor) -> None:
-    t.fill_(float("nan") if t.is_floating_point() or t.is_complex() else -1 if t.dtype != torch.bool else True)
-
-
 class _Fresh:
-    """Before a call: each InOut argument back to its initial value, each Out argument poisoned."""
+    """Before a call: each Out and InOut argument back to what it held when placed (zeros; the input)."""
 
     def __init__(self, args: list, table: list):
-        self.restore = [(a, a.clone()) for a, row in zip(args, table) if row.get("direction") == "inout"]
-        self.poison = [a for a, row in zip(args, table) if row.get("direction") == "out"]
+        self.restore = [(a, a.clone()) for a, row in zip(args, table) if row.get("direction") in ("out", "inout")]
 
     def __call__(self) -> None:
         for arg, initial in self.restore:
             arg.copy_(initial)
-        for arg in self.poison:
-            _poison(arg)
 
 
 def _cuda_timer():
@@ -82,7 +75,6 @@ def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str
     times, stopped, warmed = adaptive_rounds(lambda: kernel(*first), rule, before, rank.agree if several else None,
                                              timer=_cuda_timer() if device == "cuda" else None)
     if second:
-        _Fresh(second, table)()
         rank.sync()
         kernel(*second)
     return {"times": times, "stopped": stopped, "warmup": warmed, **_device(device)}
