@@ -52,9 +52,9 @@ class Case:
     seed: int = 0
     backend: str = None
     options: dict = dataclasses.field(default_factory=dict)
-    # how long the kernel and the golden are timed (stages.Rounds): warmup, then rounds until the mean's
-    # relative standard error is `rse`, or `budget` seconds are spent, within min_rounds..max_rounds;
-    # `rounds` fixes the count instead; `flush` empties the last-level cache before every round
+    # how long the kernel and the golden are timed: stages.Rounds's settings by name, its defaults
+    # (warmup, then rounds until the mean's relative standard error is `rse`, or `budget` seconds are
+    # spent, within min_rounds..max_rounds; `rounds` fixes the count; `flush` empties the caches first)
     warmup: int = 5
     rounds: int = None
     min_rounds: int = 10

@@ -73,13 +73,13 @@ def _count(least: int):
     return parse
 
 
-def _positive(name: str, text: str) -> float:
+def _positive(name: str, text: str, unit: str = "") -> float:
     try:
         value = float(text)
     except ValueError:
         value = None
     if value is None or not value > 0:
-        raise ValueError(f"doit variable {name}={text!r} is not a number > 0")
+        raise ValueError(f"doit variable {name}={text!r} is not a number{unit} > 0")
     return value
 
 
@@ -90,8 +90,8 @@ def _switch(name: str, text: str) -> bool:
 
 
 # The benchmark's settings a doit variable overrides (stages.Rounds has them all).
-_BENCH_VARIABLES = {"warmup": _count(0), "rounds": _count(1), "rse": _positive, "budget": _positive,
-                    "flush": _switch}
+_BENCH_VARIABLES = {"warmup": _count(0), "rounds": _count(1), "rse": _positive,
+                    "budget": lambda name, text: _positive(name, text, " of seconds"), "flush": _switch}
 
 
 def _bench(values: dict, old: dict) -> dict:
@@ -103,14 +103,7 @@ def _fresh(values: dict, old: bool) -> bool:
 
 
 def _timeout(values: dict, old: float) -> float:
-    text = values["timeout"]
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = None
-    if seconds is None or not seconds > 0:
-        raise ValueError(f"doit variable timeout={text!r} is not a number of seconds > 0")
-    return seconds
+    return _positive("timeout", values["timeout"], " of seconds")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,7 +43,7 @@ def test_variables_override_their_fields_and_bad_values_name_the_variable():
     assert base.overridden({"fresh": "1"}).fresh is True and base.overridden({"fresh": "0"}).fresh is False
     for name, value, message in (("rounds", "0", "is not an integer >= 1"), ("warmup", "-1", ">= 0"),
                                  ("timeout", "soon", "seconds > 0"), ("options", "[1]", "not a JSON object"),
-                                 ("rse", "abc", "not a number > 0"), ("budget", "0", "not a number > 0"),
+                                 ("rse", "abc", "not a number > 0"), ("budget", "0", "not a number of seconds > 0"),
                                  ("flush", "yes", "not 0 or 1"), ("fresh", "2", "not 0 or 1")):
         with pytest.raises(ValueError, match="^" + re.escape(f"doit variable {name}={value!r}")):
             base.overridden({name: value})
