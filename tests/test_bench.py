@@ -144,3 +144,16 @@ def test_timings_are_not_reused_across_machines_and_fresh_measures_again(monkeyp
     assert {s.name for s in graph.STAGES if graph.remeasured(s, fresh)} == {"bench", "golden_bench"}
     assert not any(graph.remeasured(s, plan) for s in graph.STAGES)
 
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 1, reason="GPU timing needs a CUDA device; this machine has none")
+def test_a_cuda_kernel_is_timed_with_events_and_a_cold_l2_on_its_gpu(tmp_path):
+    from kernels import cpp_kernels
+
+    case = next(c for c in cpp_kernels.CASES if c.name == "rms_norm_cuda")
+    options = {"rtol": case.rtol, "atol": case.atol, "flush": True, "rounds": 20, "warmup": 2}
+    result = golden_tasks.run(fn=case.kernel, specs=case.specs, golden=case.golden, name="rms_norm_cuda", **options)
+    assert result.passed, result.error
+    timing = result.bench
+    assert timing["device"] == "cuda" and timing["name"] == torch.cuda.get_device_name()
+    assert "sm_clock_mhz" in timing and timing["rounds"] == 20 and timing["min"] > 0
