@@ -174,8 +174,8 @@ COMPARE = {"compress_state": STATE_TOLERANCE, "cmp_kv": CMP_TOLERANCE}
 CASES = [
     Case("compressor_ratio128", specs=functools.partial(standalone_specs, DIMS, DIMS.hca_ratio, 0),
          kernel=compressor, golden=functools.partial(golden_compress, chunk=DIMS.chunk),
-         compare=COMPARE, rounds=20),
+         compare=COMPARE),
     Case("compressor_ratio4", specs=functools.partial(standalone_specs, DIMS, DIMS.csa_ratio, 0),
          kernel=compressor, golden=functools.partial(golden_compress, chunk=DIMS.chunk),
-         compare=COMPARE, rounds=20),
+         compare=COMPARE),
 ]

@@ -239,7 +239,7 @@ def case(name: str, seed: int = 0) -> Case:
         "decode_csa": (functools.partial(compressed_decode_specs, DIMS, DIMS.csa_ratio, seed, indexer=True),
                        decode_csa, golden_decode_csa, COMPARE),
     }[name]
-    return Case(name, specs=specs, kernel=kernel, golden=golden, compare=compare, seed=seed, rounds=20)
+    return Case(name, specs=specs, kernel=kernel, golden=golden, compare=compare, seed=seed)
 
 
 FLAGSHIPS = ("decode_swa", "decode_hca", "decode_csa")

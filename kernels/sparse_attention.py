@@ -217,7 +217,7 @@ ATTENTION_TOLERANCE = error_distribution(
 
 CASES = [
     Case("sparse_attn", specs=functools.partial(sparse_attn_specs, DIMS, 0), kernel=sparse_attn,
-         golden=golden_sparse_attn, compare={"o_packed": ATTENTION_TOLERANCE}, rounds=20),
+         golden=golden_sparse_attn, compare={"o_packed": ATTENTION_TOLERANCE}),
     Case("sparse_attn_prefill", specs=functools.partial(prefill_specs, DIMS, 0), kernel=sparse_attn_prefill,
-         golden=golden_sparse_attn_prefill, compare={"out": ATTENTION_TOLERANCE}, rounds=20),
+         golden=golden_sparse_attn_prefill, compare={"out": ATTENTION_TOLERANCE}),
 ]
