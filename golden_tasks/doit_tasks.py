@@ -368,7 +368,8 @@ def tasks_for(root: Path) -> dict:
             case = plan.case
             yield {"name": case, "actions": [(_materialize, [root, case])],
                    "uptodate": [(_runtime_current, [root, case])],
-                   "task_dep": [f"validate:{case}", f"bench:{case}"], "doc": f"runtime dir of {case}"}
+                   # every stage: the dir holds each one's entry (golden_bench may finish after bench)
+                   "task_dep": [f"{s.name}:{case}" for s in graph.STAGES], "doc": f"runtime dir of {case}"}
 
     def task_replay():
         """replay runs/<case>: saved artifact, inputs and golden; no compile, no kernel import"""
