@@ -42,8 +42,11 @@ class Policy:
 
     def check(self, actual: dict, expected: dict) -> list:
         """One Comparison per expected output, in order."""
-        sides = Sides(actual, expected)
-        return [self._one(name, actual[name], want, sides) for name, want in expected.items()]
+        return [self.check_output(name, actual, expected) for name in expected]
+
+    def check_output(self, name: str, actual: dict, expected: dict) -> "Comparison":
+        """The Comparison of output `name`, with every output at hand for a paired comparator."""
+        return self._one(name, actual[name], expected[name], Sides(actual, expected))
 
     def _one(self, name, actual, expected, sides) -> "Comparison":
         comparator = self.compare.get(name, allclose)

@@ -38,7 +38,7 @@ def vacuous(policy: Policy, actual: dict, expected: dict) -> list:
                 torch.full_like(want, first)
         for what, fake in fakes.items():
             try:
-                passed = next(r for r in policy.check({**actual, name: fake}, expected) if r.name == name).passed
+                passed = policy.check_output(name, {**actual, name: fake}, expected).passed
             except Exception:  # noqa: BLE001 -- a comparator that cannot judge the fake output judges no kernel like it
                 passed = False
             if passed:
