@@ -176,3 +176,15 @@ def test_summary_reports_spread_noise_floor_and_outliers_without_dropping_them()
     assert stats["rounds"] == 7 and stats["max"] == 50.0 and stats["outliers"] == [50.0] and stats["stopped"] == "budget"
     assert stats["iqr"] == 1.5 and stats["std"] > 0 and 0 < stats["rse"] < 1 and stats["times"][-1] == 50.0
     assert summary([5.0], "rounds", warmup=0)["rse"] is None
+
+
+def test_the_stopping_rule_tracks_the_same_noise_floor_the_summary_reports():
+    from golden_tasks.stages import _RunningMean, relative_standard_error
+
+    series = [10.0 + (i * 7919 % 13) ** 2 for i in range(2000)]
+    running = _RunningMean()
+    for count, value in enumerate(series, 1):
+        running.add(value)
+        if count in (2, 10, 2000):
+            assert running.rse == pytest.approx(relative_standard_error(series[:count]), rel=1e-9)
+    assert _RunningMean().rse == float("inf")

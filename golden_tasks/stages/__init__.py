@@ -68,7 +68,7 @@ def adaptive_rounds(call, rule: Rounds, before=None, agree=None, clock=time.perf
         _, elapsed = agree(0.0, clock() - start) if agree else (0.0, clock() - start)
         if elapsed > budget / 4:
             break
-    times, decided, start = [], [], clock()
+    times, decided, start = [], _RunningMean(), clock()
     while len(times) < most:
         if before:
             before()
@@ -79,13 +79,35 @@ def adaptive_rounds(call, rule: Rounds, before=None, agree=None, clock=time.perf
             call()
             times.append((clock() - t0) * 1e6)
         us, elapsed = agree(times[-1], clock() - start) if agree else (times[-1], clock() - start)
-        decided.append(us)
-        if len(decided) >= least:
-            if relative_standard_error(decided) <= target:
+        decided.add(us)
+        if decided.count >= least:
+            if decided.rse <= target:
                 return times, "noise", warmed
             if elapsed >= budget:
                 return times, "budget", warmed
     return times, "rounds", warmed
+
+
+class _RunningMean:
+    """The mean and relative standard error of a growing series, updated in O(1) per value (Welford),
+    so that testing the stopping rule after every round costs no more at round 10000 than at round 10
+    (recomputing them over all rounds made the test, not the kernel, fill the budget)."""
+
+    def __init__(self):
+        self.count, self.mean, self._squares = 0, 0.0, 0.0
+
+    def add(self, value: float):
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self._squares += delta * (value - self.mean)
+
+    @property
+    def rse(self) -> float:
+        """As relative_standard_error."""
+        if self.count < 2 or self.mean <= 0:
+            return float("inf")
+        return (self._squares / (self.count - 1)) ** 0.5 / self.count ** 0.5 / self.mean
 
 
 def relative_standard_error(times: list) -> float:
