@@ -18,6 +18,7 @@ WORKERS_ENV = "GOLDEN_TASKS_WORKERS"
 PROFILE_ENV = "GOLDEN_TASKS_PROFILE"
 DEFAULT_PROFILE = "default"
 RANKS_ENV = "GOLDEN_TASKS_RANKS"
+HTML_ENV = "GOLDEN_TASKS_HTML"
 
 # Third-party warnings that say nothing about the user's kernels: torch's own deprecation chatter
 # while it exports and unpickles programs. (start of the message, category); the tests filter the
@@ -78,6 +79,12 @@ def planning_context() -> str:
 
 def readonly() -> bool:
     return os.environ.get(READONLY_ENV, "").lower() in ("1", "true", "yes")
+
+
+def draws_html() -> bool:
+    """Whether a doit run writes runs/report.html: yes unless $GOLDEN_TASKS_HTML is 0, false or no (the
+    page takes seconds to plot whenever a case's figures changed; CI that reads only report.xml skips it)."""
+    return os.environ.get(HTML_ENV, "").lower() not in ("0", "false", "no")
 
 
 def open_store(project: Path = None, cache_dir=None) -> Store:

@@ -244,10 +244,14 @@ def finish_run() -> dict:
 
 
 def draw_run() -> None:
-    """Once, after finish_run wrote the record: runs/report.html (slow: it plots, in its own process)."""
+    """Once, after finish_run wrote the record: runs/report.html (slow: it plots, in its own process),
+    unless GOLDEN_TASKS_HTML=0."""
     if _run is None or _run.drawn or not _run.record:
         return
     _run.drawn = True
+    if not config.draws_html():  # a page from an earlier run would pass for this one's
+        (config.runs_root(_run.root) / "report.html").unlink(missing_ok=True)
+        return
     if failed := report.write_html(_run.root):
         sys.stderr.write(f"golden-tasks: runs/report.html was not written: {failed}\n")
 
@@ -527,7 +531,7 @@ class SummaryReporter(ConsoleReporter):
         self.outstream.flush()  # the table first: the page takes a few seconds to draw
         draw_run()
         runs = config.runs_root(_run.root)
-        self.write(f"report: {runs / 'report.json'} (also report.xml, report.html)\n")
+        self.write(f"report: {runs / 'report.json'} (also report.xml{', report.html' * config.draws_html()})\n")
         if unjudged and not self.failures:
             for row in unjudged:
                 self.write(f"golden-tasks: {row['case']} is {row['status']} although no task failed\n")

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Project:
-    def __init__(self, path: Path, modules=None, cache: Path = None):
+    def __init__(self, path: Path, modules=None, cache: Path = None, html: bool = False):
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "dodo.py", path)
@@ -20,7 +20,9 @@ class Project:
                 shutil.copy(source, path / "kernels" / source.name)
         self.cache = cache or path / "cache"
         self.env = {**os.environ, "GOLDEN_TASKS_CACHE": str(self.cache), "GOLDEN_TASKS_RUNS": str(path / "runs"),
-                    "PYTHONWARNINGS": "ignore"}
+                    "PYTHONWARNINGS": "ignore",
+                    # runs/report.html only where a test reads it: plotting costs seconds on every run that changes
+                    "GOLDEN_TASKS_HTML": "1" if html else "0"}
         self.env.pop("GOLDEN_TASKS_CACHE_READONLY", None)
 
     def command(self, *args):

@@ -109,7 +109,7 @@ def html_report(proj, *args):
 
 def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_path, monkeypatch):
     browser = chromium_path()  # first: without one the test fails at once
-    proj = Project(tmp_path / "p", ())
+    proj = Project(tmp_path / "p", (), html=True)
     (proj.path / "kernels" / "tiles.py").write_text(TILES)
     run = proj.console("--continue", "verify")
     assert run.returncode != 0 and re.search(r"^tiles_tail_bug +FAIL ", run.stdout, re.M), run.stdout + run.stderr

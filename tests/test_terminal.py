@@ -83,7 +83,7 @@ def on_terminal(project, *args, interrupt_on=None):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    proj = Project(tmp_path_factory.mktemp("terminal"), ("hello_world",))
+    proj = Project(tmp_path_factory.mktemp("terminal"), ("hello_world",), html=True)
     (proj.path / "kernels" / "warns.py").write_text(WARNS)
     proj.cold = on_terminal(proj, "-n", "2", "verify", *FAST)
     return proj
@@ -154,8 +154,9 @@ def test_the_json_reporter_run_writes_the_record_too(broken):
     assert page.startswith("<!DOCTYPE html>") and "hello_world" in page
     # the case passes again: its log goes
     broken.restore("hello_world")
-    code, _, _, _ = broken.doit("verify", *FAST)
+    code, _, _, _ = broken.doit("verify", *FAST, env={"GOLDEN_TASKS_HTML": "0"})
     assert code == 0 and not (broken.path / "runs" / "hello_world.log").exists()
+    assert not (broken.path / "runs" / "report.html").exists()  # not drawn, and not left from the run before
 
 
 def test_ctrl_c_is_one_line_and_keeps_the_last_complete_report(project):
