@@ -18,6 +18,7 @@ from pathlib import Path
 from . import config, graph
 from .fingerprint import changed_parts
 from .hashing import digest_file
+from .layout import LayoutError, layout
 from .library import planned_library, run_variables
 from .runs_compare import FAIL_ON, BadRecord, compare
 from .store import CorruptObject, Entry, Store, object_problem
@@ -203,7 +204,8 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
         raise SystemExit(f"expected STAGE:CASE with STAGE one of {', '.join(graph.BY_NAME)}, got {target!r}")
     plans = _plans(project, store, variables)
     if case not in plans:
-        raise SystemExit(f"no case {case!r} in {project / 'kernels'}")
+        folders = ", ".join(layout(project).relative(f) for f in layout(project).kernels)
+        raise SystemExit(f"no case {case!r} in the kernel folders of {project} ({folders})")
     plan, stage = plans[case], graph.BY_NAME[stage_name]
     if plan.error:
         return f"{target}: the case cannot be planned: {plan.error}"
@@ -295,7 +297,11 @@ def main(argv=None) -> int:
         from .launched import main as rank_main  # noqa: PLC0415 -- imports torch
 
         return rank_main(args.project, args.case)
-    store = config.open_store(args.project, args.cache)
+    try:
+        store = config.open_store(args.project, args.cache)
+    except LayoutError as exc:
+        print(f"golden-tasks: {exc}", file=sys.stderr)
+        return 2
     if not store.root.is_dir():
         print(f"no cache at {store.root}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from .layout import layout
 from .store import Store
 
 CACHE_ENV = "GOLDEN_TASKS_CACHE"
@@ -43,8 +44,12 @@ def quiet_third_party_warnings() -> None:
 
 
 def cache_root(project: Path = None) -> Path:
-    """The content-addressed store: $GOLDEN_TASKS_CACHE, else <project>/cache."""
-    return Path(os.environ.get(CACHE_ENV) or (project or Path.cwd()) / "cache").resolve()
+    """The content-addressed store: $GOLDEN_TASKS_CACHE, else the project's `cache` (layout), else
+    <project>/cache."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).resolve()
+    project = Path(project or Path.cwd())
+    return layout(project).cache or (project / "cache").resolve()
 
 
 def profile() -> str:
@@ -105,8 +110,11 @@ def open_store(project: Path = None, cache_dir=None) -> Store:
 
 
 def runs_root(project: Path = None) -> Path:
-    """Per-run reports: $GOLDEN_TASKS_RUNS, else <project>/runs."""
-    return Path(os.environ.get(RUNS_ENV) or (project or Path.cwd()) / "runs").resolve()
+    """Per-run reports: $GOLDEN_TASKS_RUNS, else the project's `runs` (layout), else <project>/runs."""
+    if os.environ.get(RUNS_ENV):
+        return Path(os.environ[RUNS_ENV]).resolve()
+    project = Path(project or Path.cwd())
+    return layout(project).runs or (project / "runs").resolve()
 
 
 def apply_threads() -> int:

@@ -20,15 +20,11 @@ from pathlib import Path
 from . import config
 from .graph import pipeline_version
 from .hashing import digest_bytes
+from .layout import layout
 from .observe import Observer, changed
 from .plan import FailedPlan, from_json
 from .store import Store
 from .toolchain import toolchain
-
-
-def kernel_modules(root: Path) -> list:
-    """Case modules: kernels/*.py except private helpers (_*.py)."""
-    return sorted(p for p in (root / "kernels").glob("*.py") if not p.name.startswith("_"))
 
 
 @functools.cache
@@ -40,10 +36,10 @@ def _environment() -> dict:
             "packages": [os.stat(p).st_mtime_ns if os.path.isdir(p) else None for p in site]}
 
 
-def _manifest_path(root: Path, stem: str) -> str:
+def _manifest_path(root: Path, module: str) -> str:
     # Per checkout: two checkouts sharing a cache may hold different sources. Per profile (and
     # world size): the same sources plan other shapes under another, and switching back re-plans nothing.
-    return f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}/{config.planning_context()}/{stem}.json"
+    return f"plans/{digest_bytes(str(root.resolve()).encode())[:16]}/{config.planning_context()}/{module}.json"
 
 
 def _fresh(manifest: dict, memo: dict) -> bool:
@@ -56,31 +52,32 @@ def _fresh(manifest: dict, memo: dict) -> bool:
 def load_plans(root: Path, store: Store) -> list:
     """Every case's Plan under the active profile, in module order; a module that fails yields one FailedPlan."""
     manifests, stale, memo = {}, [], {}  # memo: states shared by the modules' records
-    for path in kernel_modules(root):
-        manifest = store.read_json(_manifest_path(root, path.stem))
+    modules = [m.name for m in layout(root).modules()]
+    for module in modules:
+        manifest = store.read_json(_manifest_path(root, module))
         if manifest and _fresh(manifest, memo):
-            manifests[path.stem] = manifest
+            manifests[module] = manifest
         else:
-            stale.append(path.stem)
+            stale.append(module)
     if stale:
-        for stem, manifest in plan_in_subprocess(root, stale).items():
+        for module, manifest in plan_in_subprocess(root, stale).items():
             manifest["environment"] = _environment()
-            store.write_json(_manifest_path(root, stem), manifest)
-            manifests[stem] = manifest
-    return [from_json(record) for path in kernel_modules(root) for record in manifests[path.stem]["cases"]]
+            store.write_json(_manifest_path(root, module), manifest)
+            manifests[module] = manifest
+    return [from_json(record) for module in modules for record in manifests[module]["cases"]]
 
 
 def forget(root: Path, store: Store, module: str) -> None:
-    """Drop the plan manifest of kernel module `module` (kernels.<stem>) so the next load re-plans it:
-    a worker found that its plan no longer matches the source."""
-    store.remove(_manifest_path(root, module.rsplit(".", 1)[-1]))
+    """Drop the plan manifest of kernel module `module` so the next load re-plans it: a worker found
+    that its plan no longer matches the source."""
+    store.remove(_manifest_path(root, module))
 
 
-def plan_in_subprocess(root: Path, stems: list, profile: str = None) -> dict:
-    """plan_modules(root, stems), run in a fresh interpreter under `profile` (default: the active one).
+def plan_in_subprocess(root: Path, modules: list, profile: str = None) -> dict:
+    """plan_modules(root, modules), run in a fresh interpreter under `profile` (default: the active one).
     Raises RuntimeError, with the subprocess's stderr, when it fails."""
     env = {**os.environ, config.PROFILE_ENV: profile} if profile else None
-    proc = subprocess.run([sys.executable, "-m", "golden_tasks.discover", str(root), *stems],
+    proc = subprocess.run([sys.executable, "-m", "golden_tasks.discover", str(root), *modules],
                           cwd=root, env=env, capture_output=True, text=True)
     try:
         if proc.returncode == 0:
@@ -90,30 +87,34 @@ def plan_in_subprocess(root: Path, stems: list, profile: str = None) -> dict:
     raise RuntimeError(f"planning the kernel library failed:\n{proc.stderr}")
 
 
-def _import_error(stem: str, exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/kernels/" in f.filename]
+def _import_error(shown: str, folder: Path, exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).is_relative_to(folder)]
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"kernels/{stem}.py failed to import: {type(exc).__name__}: {exc}{where}"
+    return f"{shown} failed to import: {type(exc).__name__}: {exc}{where}"
 
 
-def plan_modules(root: Path, stems: list) -> dict:
-    """Import each module and plan its cases, each plan recording the profile (runs in the subprocess)."""
+def plan_modules(root: Path, modules: list) -> dict:
+    """Import each kernel module (by name, from the project's layout) and plan its cases, each plan
+    recording the profile (runs in the subprocess)."""
     import importlib  # noqa: PLC0415
 
     from .case import module_cases, plan_of  # noqa: PLC0415
     from .fingerprint import is_user_module  # noqa: PLC0415
 
-    sys.path.insert(0, str(root))
+    project = layout(root)
+    project.importable()
     result, profile = {}, config.profile()
     with Observer() as observer:
-        for stem in stems:
-            module_name = f"kernels.{stem}"
-            observer.files.add(str((root / "kernels" / f"{stem}.py").resolve()))
+        for module_name in modules:
+            found = project.module(module_name)
+            shown = project.relative(found.path)
+            observer.files.add(str(found.path))
             try:
                 module = importlib.import_module(module_name)
                 cases = module_cases(module)
             except Exception as exc:  # noqa: BLE001 -- user code: its error fails the module's plans
-                result[stem] = [FailedPlan(stem, module_name, _import_error(stem, exc), profile)]
+                result[module_name] = [FailedPlan(found.path.stem, module_name,
+                                                  _import_error(shown, found.path.parent, exc), profile)]
                 continue
             plans = []
             for case in cases:
@@ -125,15 +126,15 @@ def plan_modules(root: Path, stems: list) -> dict:
                     plan = FailedPlan(case.name, module_name, f"{type(exc).__name__}: {exc}", profile)
                 plans.append(plan)
             names = [p.case for p in plans]
-            result[stem] = [FailedPlan(p.case, module_name, f"case name {p.case!r} is defined more than once in "
-                                       f"kernels/{stem}.py", profile) if names.count(p.case) > 1 else p
-                            for p in plans]
+            result[module_name] = [FailedPlan(p.case, module_name, f"case name {p.case!r} is defined more than "
+                                              f"once in {shown}", profile) if names.count(p.case) > 1 else p
+                                   for p in plans]
     # Every user module now loaded, in the project or not, may have shaped a plan: depend on all of them.
     observer.files |= {str(Path(m.__file__).resolve()) for n, m in list(sys.modules.items())
                        if getattr(m, "__file__", None) and n != "__main__" and is_user_module(n)}
     records = {failed: observer.record(failed) for failed in (False, True)}
-    return {stem: {"cases": [p.to_json() for p in plans], "observed": records[any(p.error for p in plans)]}
-            for stem, plans in result.items()}
+    return {module: {"cases": [p.to_json() for p in plans], "observed": records[any(p.error for p in plans)]}
+            for module, plans in result.items()}
 
 
 if __name__ == "__main__":
@@ -141,6 +142,6 @@ if __name__ == "__main__":
     # the kernel modules print goes to stderr instead.
     plans_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    root_arg, *stem_args = sys.argv[1:]
-    json.dump(plan_modules(Path(root_arg).resolve(), stem_args), plans_out)
+    root_arg, *module_args = sys.argv[1:]
+    json.dump(plan_modules(Path(root_arg).resolve(), module_args), plans_out)
     plans_out.close()

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from . import config, graph
 from .hashing import digest_file, digest_json
+from .layout import layout
 from .library import planned_library, run_variables
 from .store import atomic_write
 
@@ -534,8 +535,8 @@ def write_page_if_drawn(project: Path) -> bool:
 
 def _sources(project: Path, variables: list) -> Sources:
     store = config.open_store(project)
-    sys.path.insert(0, str(project))  # the kernel modules, as doit finds them beside dodo.py
     try:
+        layout(project).importable()
         pairs = dict(v.split("=", 1) for v in variables)
         return Sources(store, planned_library(project, store, run_variables(pairs.get)))
     except (ValueError, RuntimeError) as exc:  # a bad variable; planning itself failed

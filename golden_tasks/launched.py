@@ -28,6 +28,7 @@ from . import config, graph, ranks
 from .case import live_case
 from .errors import StageFailed, VerificationFailure
 from .isolate import Outcome
+from .layout import layout
 from .library import Library
 from .stages import load_checked
 from .stages.dispatch import call_kernel
@@ -57,11 +58,11 @@ def verify(root: Path, case_name: str) -> tuple[int, str]:
     """Run this process's rank of `case_name`: (exit status, what to print; rank 0's says the verdict)."""
     rank, world = launched_rank()
     os.environ[config.RANKS_ENV] = str(world)  # the case's specs follow the world size, as with ranks=N
-    sys.path.insert(0, str(root))  # the kernel modules, as doit finds them beside dodo.py
     library = Library(root, lambda name, default: default)
     plan = library.plans.get(case_name)
     if plan is None:
-        raise LaunchError(f"no case {case_name!r} in {root / 'kernels'}")
+        folders = ", ".join(layout(root).relative(f) for f in layout(root).kernels)
+        raise LaunchError(f"no case {case_name!r} in the kernel folders of {root} ({folders})")
     if plan.error:
         return 1, f"{case_name}: FAIL\n{plan.error}"
     if plan.ranks != world:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import config
 from .discover import load_plans
+from .layout import layout
 from .plan import VARIABLES, FailedPlan, Plan
 
 
@@ -57,7 +58,13 @@ class Library:
 
     def __init__(self, root: Path, get: Callable):
         self.root = root
+        project = layout(root)
+        project.importable()  # the kernel modules import by name here and in every process started after
+        if project.profile:  # the project's default: below profile=NAME and $GOLDEN_TASKS_PROFILE
+            os.environ.setdefault(config.PROFILE_ENV, project.profile)
         values = run_variables(get)
+        if project.backend and "backend" not in values:
+            values["backend"] = project.backend
         self.store = config.open_store(root)
         self.plans = planned_library(root, self.store, values)
 

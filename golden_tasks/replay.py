@@ -20,6 +20,7 @@ from .discover import plan_in_subprocess
 from .errors import VerificationFailure
 from .fingerprint import changed_parts
 from .hashing import digest_file
+from .layout import LayoutError, layout
 from .outputs import POLICY_FILE, ValidateMeta
 from .plan import REPLAY_MEANING, from_json
 from .runtime import FORMAT, MANIFEST, records, saved_outputs, saved_plan
@@ -72,12 +73,22 @@ def _check_files(path: Path, manifest: dict) -> None:
         raise ReplayError(f"{path} is damaged:\n  " + "\n  ".join(problems))
 
 
+def _has_kernels(project: Path) -> bool:
+    """Whether `project` has kernel folders to check a replay's source against (a bad layout: no)."""
+    try:
+        return any(folder.is_dir() for folder in layout(project).kernels)
+    except LayoutError:
+        return False
+
+
 def staleness(path: Path, manifest: dict, project: Path) -> list:
     """What differs between the saved run and the case's current source, with what it means."""
     found = [f"toolchain changed: {m}" for m in toolchain_mismatches(manifest)]
+    if manifest["module"] not in {m.name for m in layout(project).modules()}:
+        return found + [f"the case cannot be found in the current source ({manifest['module']} is not a module "
+                        "of the project's kernel folders): the saved data is all that is left of it"]
     try:  # planned under the saved run's profile (dirs written before profiles existed: the default)
-        planned = plan_in_subprocess(project, [manifest["module"].rsplit(".", 1)[-1]],
-                                     manifest.get("profile", DEFAULT_PROFILE))
+        planned = plan_in_subprocess(project, [manifest["module"]], manifest.get("profile", DEFAULT_PROFILE))
     except RuntimeError as exc:
         return found + [f"cannot check the source for staleness: {str(exc).strip().splitlines()[-1]}"]
     plans = [from_json(p) for m in planned.values() for p in m["cases"] if p["case"] == manifest["case"]]
@@ -120,8 +131,9 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
         if mismatches:
             raise ReplayError(f"refusing to run the artifact in {path}, built for another toolchain:\n  "
                               + "\n  ".join(mismatches))
-        if manifest["module"] and (Path(project or Path.cwd()) / "kernels").is_dir():
-            stale = staleness(path, manifest, Path(project or Path.cwd()).resolve())
+        source = Path(project or Path.cwd()).resolve()
+        if manifest["module"] and _has_kernels(source):
+            stale = staleness(path, manifest, source)
         _check_files(path, manifest)
         plan = saved_plan(manifest, {k: v for k, v in (("warmup", warmup), ("rounds", rounds)) if v is not None})
         policy = path / POLICY_FILE  # absent for a case that had no golden

@@ -4,6 +4,7 @@ import textwrap
 import pytest
 
 from golden_tasks import discover
+from golden_tasks.layout import layout
 from golden_tasks.store import Store
 
 HELPERS = "FACTOR = 2.0\n\ndef scale(x):\n    return x * FACTOR\n"
@@ -62,7 +63,7 @@ def test_plans_are_reused_until_a_dependency_changes(root, monkeypatch):
 
 
 def test_private_modules_are_not_case_modules(root):
-    assert [p.name for p in discover.kernel_modules(root)] == ["k.py"]
+    assert [m.path.name for m in layout(root).modules()] == ["k.py"]
 
 
 def test_import_failure_is_an_error_plan_for_that_module_only(root):

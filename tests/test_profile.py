@@ -72,7 +72,7 @@ def test_profile_changes_the_shapes_and_both_plan_sets_are_kept(root, monkeypatc
     assert len(calls) == 2  # switching back and forth re-planned nothing
     (checkout,) = (root / "cache" / "plans").iterdir()
     assert sorted(p.relative_to(checkout).as_posix() for p in checkout.glob("*/*.json")) == [
-        "default/p.json", "default/q.json", "flash/p.json", "flash/q.json"]
+        "default/kernels.p.json", "default/kernels.q.json", "flash/kernels.p.json", "flash/kernels.q.json"]
 
 
 def test_an_unknown_profile_is_a_plan_error_of_the_module_that_rejects_it(root):
