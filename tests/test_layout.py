@@ -1,0 +1,106 @@
+"""A project's layout ([tool.golden-tasks] in its pyproject.toml): kernel folders anywhere, its cache and
+runs where it says, its default profile and backend; a malformed table is one message naming the key."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from golden_tasks.layout import LayoutError, layout
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KERNEL = textwrap.dedent("""
+    import torch
+    from golden_tasks import Case, In, Out, TensorSpec, jit
+
+    @jit
+    def twice(x: In, out: Out):
+        torch.mul(x, 2.0, out=out)
+
+    def golden(t):
+        t["out"].copy_(t["x"] * 2.0)
+
+    CASES = [Case("twice", [TensorSpec("x", (64,), torch.float32, torch.randn), TensorSpec("out", (64,), torch.float32)],
+                  kernel=twice, golden=golden, rounds=3)]
+""")
+
+
+def write(root: Path, table: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text(f'[project]\nname = "mine"\n\n[tool.golden-tasks]\n{table}')
+    return root
+
+
+def test_without_a_table_the_layout_is_kernels_cache_and_runs_beside_it(tmp_path):
+    found = layout(tmp_path)
+    assert found.kernels == (tmp_path / "kernels",) and found.cache is None and found.runs is None
+    assert found.profile is None and found.backend is None
+
+
+def test_a_table_names_folders_cache_runs_profile_and_backend(tmp_path):
+    root = write(tmp_path / "p", 'kernels = ["src/mykernels", "more"]\ncache = ".gt-cache"\nruns = "build/runs"\n'
+                                 'profile = "small"\nbackend = "eager"\n')
+    for folder in ("src/mykernels", "more"):
+        (root / folder).mkdir(parents=True)
+    (root / "src/mykernels/attn.py").write_text("")
+    (root / "src/mykernels/_helpers.py").write_text("")
+    (root / "more/norm.py").write_text("")
+    found = layout(root)
+    assert [(m.name, m.import_root) for m in found.modules()] == [("mykernels.attn", root / "src"),
+                                                                    ("more.norm", root)]
+    assert found.cache == root / ".gt-cache" and found.runs == root / "build/runs"
+    assert (found.profile, found.backend) == ("small", "eager")
+
+
+@pytest.mark.parametrize("table, message", [
+    ('kernel = ["src"]\n', "unknown key 'kernel' (known: backend, cache, kernels, profile, runs)"),
+    ('kernels = "src"\n', "kernels must be a non-empty list of folders, not 'src'"),
+    ('kernels = ["nowhere"]\n', "kernels folder 'nowhere' does not exist"),
+    ('kernels = ["a/k", "b/k"]\n', "two kernel folders are named 'k'"),
+    ("cache = 3\n", "cache must be a non-empty string, not 3"),
+    ("kernels = [\n", "cannot be read"),
+])
+def test_a_malformed_table_names_the_file_and_the_key(tmp_path, table, message):
+    root = write(tmp_path / "p", table)
+    for folder in ("a/k", "b/k"):
+        (root / folder).mkdir(parents=True)
+    with pytest.raises(LayoutError) as raised:
+        layout(root)
+    assert str(root / "pyproject.toml") in str(raised.value) and message in str(raised.value)
+
+
+def doit(root: Path, *args, env=None):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GOLDEN_TASKS_")}
+    return subprocess.run([sys.executable, "-m", "doit", *args], cwd=root, capture_output=True, text=True,
+                          env={**clean, "PYTHONWARNINGS": "ignore", "GOLDEN_TASKS_HTML": "0", **(env or {})},
+                          timeout=600)
+
+
+def test_a_project_configured_only_in_pyproject_verifies_with_doit(tmp_path):
+    root = write(tmp_path / "mine", 'kernels = ["src/mykernels"]\ncache = ".gt-cache"\nruns = "build/runs"\n'
+                                    'backend = "eager"\n')
+    (root / "src/mykernels").mkdir(parents=True)
+    (root / "src/mykernels/ops.py").write_text(KERNEL)
+    (root / "dodo.py").write_text((ROOT / "dodo.py").read_text())
+    first = doit(root, "verify")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "twice" in first.stdout and "PASS" in first.stdout
+    assert (root / ".gt-cache" / "entries").is_dir() and not (root / "cache").exists()
+    record = json.loads((root / "build/runs/report.json").read_text())
+    assert [r["status"] for r in record["cases"]] == ["PASS"]
+    compiled = json.loads(next((root / ".gt-cache/entries/compile").glob("*/*.json")).read_text())
+    assert compiled["meta"]["backend"] == "eager"  # the project's backend (the default is aoti), no backend= given
+    again = doit(root, "verify")
+    assert again.returncode == 0 and "twice" in again.stdout and "ran" not in again.stdout
+
+
+def test_a_malformed_table_stops_doit_with_one_line(tmp_path):
+    root = write(tmp_path / "mine", 'kernels = ["src/missing"]\n')
+    (root / "dodo.py").write_text((ROOT / "dodo.py").read_text())
+    proc = doit(root, "verify")
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
+    assert "kernels folder 'src/missing' does not exist" in proc.stdout + proc.stderr
