@@ -21,6 +21,7 @@ from .hashing import digest_file
 from .layout import LayoutError, layout
 from .library import planned_library, run_variables
 from .runs_compare import FAIL_ON, BadRecord, compare
+from .scaffold import InitRefused, init
 from .store import CorruptObject, Entry, Store, object_problem
 
 UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -263,6 +264,10 @@ def main(argv=None) -> int:
     rank_p = sub.add_parser("rank", help="run this process's rank of a multi-rank CASE, as started by torchrun "
                                          "(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK); rank 0 prints the verdict")
     rank_p.add_argument("case")
+    init_p = sub.add_parser("init", help="write what a project needs to run `doit verify`: dodo.py and an example "
+                                         "case (never over an existing file)")
+    init_p.add_argument("--kernels", metavar="DIR", help="the folder of kernel modules (default: the project's, "
+                                                         "else kernels); another is added to [tool.golden-tasks]")
     explain_p = sub.add_parser("explain", help="why STAGE:CASE is (not) up to date")
     explain_p.add_argument("target", metavar="STAGE:CASE")
     compare_p = sub.add_parser("compare", help="compare two run records (runs/report.json): status changes and "
@@ -289,6 +294,14 @@ def main(argv=None) -> int:
             return 2
         print(text)
         return code
+    if args.command == "init":
+        try:
+            written = init(args.project, args.kernels)
+        except (InitRefused, LayoutError) as exc:
+            print(f"golden-tasks init: {exc}", file=sys.stderr)
+            return 2
+        print("wrote " + ", ".join(str(p.relative_to(args.project)) for p in written) + "\nnext: doit verify")
+        return 0
     if args.command == "replay":
         from .replay import main as replay_main  # noqa: PLC0415 -- imports torch
 

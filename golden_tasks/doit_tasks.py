@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 
 from doit import get_var
-from doit.cmd_base import DoitCmdBase, opt_cwd, opt_dodo, opt_seek_file
+from doit.cmd_base import DoitCmdBase, NamespaceTaskLoader, opt_cwd, opt_dodo, opt_seek_file
 from doit.cmd_run import Run
 from doit.cmdparse import CmdOption, CmdParse, CmdParseError
 from doit.doit_cmd import DoitMain
@@ -546,3 +546,15 @@ DOIT_CONFIG = {
     "backend": "sqlite3",
     "dep_file": ".doit.db",
 }
+
+
+class ProjectLoader(NamespaceTaskLoader):
+    """doit's loader plugin "golden-tasks" (the entry point doit.LOADER in pyproject.toml): the tasks of
+    the project in the current directory, without a dodo.py. A project selects it with
+
+        [tool.doit]
+        loader = "golden-tasks"
+    """
+
+    def setup(self, opt_values):
+        self.namespace = {"DOIT_CONFIG": DOIT_CONFIG, **tasks_for(Path.cwd())}

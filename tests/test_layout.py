@@ -2,6 +2,7 @@
 runs where it says, its default profile and backend; a malformed table is one message naming the key."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from golden_tasks.layout import LayoutError, layout
+from golden_tasks.scaffold import InitRefused, scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,12 +82,11 @@ def doit(root: Path, *args, env=None):
                           timeout=600)
 
 
-def test_a_project_configured_only_in_pyproject_verifies_with_doit(tmp_path):
+def test_a_project_configured_only_in_pyproject_verifies_with_doit_and_no_dodo_file(tmp_path):
     root = write(tmp_path / "mine", 'kernels = ["src/mykernels"]\ncache = ".gt-cache"\nruns = "build/runs"\n'
-                                    'backend = "eager"\n')
+                                    'backend = "eager"\n\n[tool.doit]\nloader = "golden-tasks"\n')
     (root / "src/mykernels").mkdir(parents=True)
     (root / "src/mykernels/ops.py").write_text(KERNEL)
-    (root / "dodo.py").write_text((ROOT / "dodo.py").read_text())
     first = doit(root, "verify")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "twice" in first.stdout and "PASS" in first.stdout
@@ -104,3 +105,30 @@ def test_a_malformed_table_stops_doit_with_one_line(tmp_path):
     proc = doit(root, "verify")
     assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
     assert "kernels folder 'src/missing' does not exist" in proc.stdout + proc.stderr
+
+
+def test_init_writes_a_project_that_verifies_and_then_refuses_to_overwrite_it(tmp_path):
+    root = tmp_path / "mine"
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[project]\nname = "mine"\n')
+    cli = [sys.executable, "-m", "golden_tasks.cli", "--project", str(root), "init", "--kernels", "src/mykernels"]
+    made = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.splitlines()[0] == ("wrote dodo.py, src/mykernels/example.py, src/mykernels/__init__.py, "
+                                           "pyproject.toml")
+    assert layout.__wrapped__(root).kernels == (root / "src/mykernels",)
+    verified = doit(root, "verify", "backend=eager")
+    assert verified.returncode == 0 and re.search(r"^scale_add +PASS ", verified.stdout, re.M), verified.stdout
+    (root / "src/mykernels/example.py").write_text("# mine now\n")
+    again = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and again.stderr == (f"golden-tasks init: init writes nothing over existing files: "
+                                                      f"{root / 'dodo.py'}, {root / 'src/mykernels/example.py'}\n")
+    assert (root / "src/mykernels/example.py").read_text() == "# mine now\n"
+
+
+def test_init_will_not_contradict_a_table_that_names_other_folders(tmp_path):
+    root = write(tmp_path / "mine", 'kernels = ["lib/k"]\n')
+    (root / "lib/k").mkdir(parents=True)
+    with pytest.raises(InitRefused, match="already has a \\[tool.golden-tasks\\] table"):
+        scaffold(root, "src/other")
+    assert set(scaffold(root).files) == {root / "dodo.py", root / "lib/k/example.py", root / "lib/k/__init__.py"}

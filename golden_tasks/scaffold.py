@@ -1,0 +1,89 @@
+"""`golden-tasks init`: what a project needs to run `doit verify`, written without overwriting anything.
+
+It writes the doit entry point (dodo.py), the kernel folder with an example case, and, for a kernel
+folder other than the project's, the [tool.golden-tasks] table naming it (appended to pyproject.toml,
+or a new one). Every file is checked first: if one it would write exists, nothing is written.
+"""
+import dataclasses
+from pathlib import Path
+
+from .layout import layout
+
+DODO = '''"""doit entry point of golden-tasks: `doit verify`, `doit verify:<case>`, `doit -n 4 verify`, `doit list`."""
+from pathlib import Path
+
+from golden_tasks.doit_tasks import DOIT_CONFIG, tasks_for  # noqa: F401
+
+globals().update(tasks_for(Path(__file__).parent))
+'''
+
+EXAMPLE = '''"""An example case: a kernel, the specs of its arguments, and the golden it is checked against."""
+import torch
+
+from golden_tasks import Case, In, Out, TensorSpec, jit
+
+
+@jit
+def scale_add(x: In, y: In, out: Out):
+    torch.add(x * 2.0, y, out=out)
+
+
+def golden(t):
+    t["out"].copy_(2.0 * t["x"] + t["y"])
+
+
+SPECS = [TensorSpec("x", (256, 128), torch.float32, torch.randn),
+         TensorSpec("y", (256, 128), torch.float32, torch.randn),
+         TensorSpec("out", (256, 128), torch.float32)]
+
+CASES = [Case("scale_add", SPECS, kernel=scale_add, golden=golden, rtol=1e-6, atol=1e-6)]
+'''
+
+
+class InitRefused(Exception):
+    """init would overwrite a file, or contradict the project's layout; the message says which."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Scaffold:
+    """The files init writes (path -> text) and the table it appends to pyproject.toml (or "")."""
+    files: dict
+    table: str = ""
+
+
+def scaffold(root: Path, kernels: str = None) -> Scaffold:
+    """What init writes in the project at `root`, its kernels in `kernels` (default: the layout's first
+    kernel folder). Raises InitRefused when a file exists or the layout already names other folders."""
+    root = Path(root).resolve()
+    project = layout(root)
+    folder = (root / kernels).resolve() if kernels else project.kernels[0]
+    table = ""
+    if folder not in project.kernels:
+        pyproject = root / "pyproject.toml"
+        if pyproject.exists() and "[tool.golden-tasks]" in pyproject.read_text():
+            raise InitRefused(f"{pyproject} already has a [tool.golden-tasks] table, whose kernel folders do not "
+                              f"include {kernels!r}: add it to its kernels list, or run init without --kernels")
+        table = f'\n[tool.golden-tasks]\nkernels = ["{Path(kernels).as_posix()}"]\n'
+    files = {root / "dodo.py": DODO, folder / "example.py": EXAMPLE}
+    if not (folder / "__init__.py").exists():  # a regular package: its modules cannot clash with another's
+        files[folder / "__init__.py"] = ""
+    existing = [path for path in files if path.exists()]
+    if existing:
+        raise InitRefused("init writes nothing over existing files: " + ", ".join(map(str, existing)))
+    return Scaffold(files, table)
+
+
+def init(root: Path, kernels: str = None) -> list:
+    """Write the scaffold; the paths written (pyproject.toml last, when its table was added)."""
+    plan = scaffold(root, kernels)
+    for path, text in plan.files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    written = list(plan.files)
+    if plan.table:
+        pyproject = Path(root).resolve() / "pyproject.toml"
+        old = pyproject.read_text() if pyproject.exists() else ""
+        separator = "\n" if old and not old.endswith("\n") else ""
+        pyproject.write_text(old + separator + (plan.table if old else plan.table.lstrip()))
+        written.append(pyproject)
+    return written
