@@ -34,6 +34,34 @@ RUN_OPTIONS = tuple(f.name for f in dataclasses.fields(Case) if f.name not in ("
                                                                                "root"))
 
 
+def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
+    """Every stage of `plan` in graph order, each reused from `store` or computed, up to the first that
+    fails; the runtime dir `work_dir` written when the case passes; the hits and misses logged.
+    Returns (the summary row: report.case_row, stage -> seconds of the run that made its entry).
+    `case` is the live case when the caller has it (else imported where a stage needs it)."""
+    states, errors, timings = {}, {}, {}
+    if not plan.error:
+        config.apply_threads()
+        for stage in graph.STAGES:
+            try:
+                entry, ran = graph.execute(stage, plan, store, case)
+            except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
+                detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
+                states[stage.name], errors[stage.name] = report.FAILED, f"{exc}{detail}"
+                break
+            states[stage.name] = report.RAN if ran else report.CACHED
+            timings[stage.name] = Stats.of(entry).seconds
+    row = report.case_row(plan, states, errors, store)
+    if row["status"] == "PASS":
+        runtime.materialize(plan, store, work_dir, row)
+    tally = report.Tally()
+    for stage, state in row["stages"].items():
+        if state in (report.RAN, report.CACHED):
+            tally.add(stage, plan.case, state == report.CACHED)
+    store.log_run(tally.to_json())
+    return row, timings
+
+
 def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **options) -> RunResult:
     """Verify one kernel through every stage, reusing and filling the cache.
 
@@ -53,31 +81,13 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **o
     case_name = name or fn.name
     store = config.open_store(cache_dir=cache_dir)
     work_dir = (Path(runs_dir).resolve() if runs_dir else config.runs_root()) / case_name
-    states, errors, timings = {}, {}, {}
+    case = None
     try:
         case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, **options).resolved()
         plan = plan_of(case, profile=config.profile())[0].for_this_run()
     except VerificationFailure as exc:
         plan = FailedPlan(case_name, None, str(exc), config.profile())
-    if not plan.error:
-        config.apply_threads()
-        for stage in graph.STAGES:
-            try:
-                entry, ran = graph.execute(stage, plan, store, case)
-            except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
-                detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
-                states[stage.name], errors[stage.name] = report.FAILED, f"{exc}{detail}"
-                break
-            states[stage.name] = report.RAN if ran else report.CACHED
-            timings[stage.name] = Stats.of(entry).seconds
-    row = report.case_row(plan, states, errors, store)
-    if row["status"] == "PASS":
-        runtime.materialize(plan, store, work_dir, row)
-    tally = report.Tally()
-    for stage, state in row["stages"].items():
-        if state in (report.RAN, report.CACHED):
-            tally.add(stage, case_name, state == report.CACHED)
-    store.log_run(tally.to_json())
+    row, timings = verify(plan, store, work_dir, case)
     bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.error else None
                            for s in ("bench", "golden_bench"))
     return RunResult(
