@@ -5,7 +5,9 @@
    `python -c "import torch"` (target: no-op < 1/3 of importing torch).
 2. Scaling: the same no-op on a generated library with 10x the cases (every
    kernel module copied ten times as kernels/<m>_x<i>.py, its kernel, golden
-   and case names suffixed with _x<i>), against the real library (target: < 3x).
+   and case names and its imports of other kernel modules suffixed with _x<i>;
+   kernels/_*.py helpers and kernels/cpp/ copied once), against the real
+   library (target: < 3x).
 3. Tensor throughput for a 1 GiB float32 tensor: golden_tasks' put_tensor and
    load_tensor against torch.save and torch.load (mmap off and on); each load
    is followed by a full read, float(x.sum()). Loads are from the page cache.
@@ -82,33 +84,37 @@ def real_project(path: Path) -> Path:
     return path
 
 
-def renamed(source: str, module: str, suffix: str) -> str:
-    """A module's source with its kernel `<m>`, golden `golden_<m>` and case names suffixed.
+def renamed(source: str, module: str, modules: list, suffix: str) -> str:
+    """A module's source renamed for one copy of the library (suffix `_x<i>`).
 
-    One pass, so a case name is renamed once even when it equals the module's
-    name; attribute accesses such as `torch.<m>` are left alone.
+    Its kernel `<m>` and golden `golden_<m>` are suffixed (they are the case's defaults), as are its imports
+    of the library's other modules (`kernels.<m>`, `from kernels import <m>`) and the goldens it reads from
+    them (`<m>.golden_<m>`); attribute accesses such as `torch.<m>` are left alone. The case names are
+    suffixed by a line appended to the module (they may be computed), unless one already ends with the suffix.
     """
-    pattern = re.compile(r"""(?P<head>\bCase\(\s*(?:name\s*=\s*)?)(?P<quote>["'])(?P<case>.*?)(?P=quote)"""
-                         rf"|(?<![\w.])(?P<ident>(?:golden_)?{re.escape(module)})(?!\w)")
+    def add(m: re.Match) -> str:
+        return m[0] + suffix
 
-    def rename(m: re.Match) -> str:
-        if m["ident"]:
-            return m["ident"] + suffix
-        return f"{m['head']}{m['quote']}{m['case']}{suffix}{m['quote']}"
-
-    return pattern.sub(rename, source)
+    names = "|".join(re.escape(m) for m in sorted(modules, key=len, reverse=True))
+    source = re.sub(rf"(?<![\w.])(?:golden_)?{re.escape(module)}(?!\w)", add, source)
+    source = re.sub(rf"(?<=kernels\.)(?:{names})(?!\w)|(?<=\.)golden_(?:{names})(?!\w)", add, source)
+    source = re.sub(r"^from kernels import (.+)$", lambda m: "from kernels import " + ", ".join(
+        f"{name}{suffix} as {name}" for name in re.split(r",\s*", m[1].strip())), source, flags=re.M)
+    return source + (f"\n\nCASES = [__import__('dataclasses').replace(c, name=c.name + {suffix!r}) "
+                     f"if not c.name.endswith({suffix!r}) else c for c in CASES]\n")
 
 
 def scaled_project(path: Path) -> Path:
-    """A project whose library is COPIES renamed copies of each real kernel module (no originals)."""
-    (path / "kernels").mkdir(parents=True)
+    """A project whose library is COPIES renamed copies of the real library (no originals): each copy imports
+    its own modules; private helper modules (kernels/_*.py) and the C++ sources are shared."""
+    shutil.copytree(ROOT / "kernels", path / "kernels", ignore=shutil.ignore_patterns("__pycache__", "[!_]*.py"))
     shutil.copy(ROOT / "dodo.py", path)
-    shutil.copy(ROOT / "kernels" / "__init__.py", path / "kernels")
-    for module in (ROOT / "kernels").glob("[!_]*.py"):
+    modules = [module.stem for module in (ROOT / "kernels").glob("[!_]*.py")]
+    for module in modules:
         for i in range(COPIES):
             suffix = f"_x{i}"
-            text = renamed(module.read_text(), module.stem, suffix)
-            (path / "kernels" / f"{module.stem}{suffix}.py").write_text(text)
+            text = renamed((ROOT / "kernels" / f"{module}.py").read_text(), module, modules, suffix)
+            (path / "kernels" / f"{module}{suffix}.py").write_text(text)
     return path
 
 

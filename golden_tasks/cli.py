@@ -6,8 +6,11 @@
     golden-tasks explain STAGE:CASE     why a stage is (not) up to date
     golden-tasks replay RUNTIME_DIR     re-run a saved case: no compile, no kernel import
     golden-tasks compare A.json B.json  two run records case by case: status changes, timing verdicts
+
+--project DIR and --cache DIR go before or after the subcommand.
 """
 import argparse
+import functools
 import json
 import math
 import sys
@@ -246,32 +249,42 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
     return "\n".join(lines)
 
 
+def _global_options(parser: argparse.ArgumentParser, project, cache) -> None:
+    parser.add_argument("--project", type=Path, default=project, help="project root (default: .)")
+    parser.add_argument("--cache", type=Path, default=cache,
+                        help="cache directory (default: $GOLDEN_TASKS_CACHE or PROJECT/cache)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="golden-tasks", description="Inspect and manage the golden-tasks cache.")
-    parser.add_argument("--project", type=Path, default=Path.cwd(), help="project root (default: .)")
-    parser.add_argument("--cache", type=Path, help="cache directory (default: $GOLDEN_TASKS_CACHE or PROJECT/cache)")
+    _global_options(parser, project=Path.cwd(), cache=None)
+    # The same options after the subcommand too (`replay DIR --project P`); there their default is SUPPRESS,
+    # so that a value given before the subcommand is not overwritten.
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, project=argparse.SUPPRESS, cache=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
-    stats = sub.add_parser("stats", help="entries and bytes per stage; hit/miss counts of the last runs")
+    command = functools.partial(sub.add_parser, parents=[common])
+    stats = command("stats", help="entries and bytes per stage; hit/miss counts of the last runs")
     stats.add_argument("--runs", type=int, default=5, help="how many recent runs to show")
-    verify = sub.add_parser("verify", help="re-hash every object; report bad ones")
+    verify = command("verify", help="re-hash every object; report bad ones")
     verify.add_argument("--drop", action="store_true", help="drop bad objects and the entries using them")
-    gc = sub.add_parser("gc", help="drop entries, then the objects no entry uses")
+    gc = command("gc", help="drop entries, then the objects no entry uses")
     gc.add_argument("--unused", action="store_true", help="entries the current library does not use")
     gc.add_argument("--older-than", type=float, metavar="DAYS", help="entries not used for DAYS days")
     gc.add_argument("--max-size", type=_size, metavar="SIZE", help="least recently used first, to fit SIZE")
-    replay_p = sub.add_parser("replay", help="replay a runtime dir (runs/<case>) without the kernel's source")
+    replay_p = command("replay", help="replay a runtime dir (runs/<case>) without the kernel's source")
     replay_p.add_argument("runtime_dir", type=Path)
-    rank_p = sub.add_parser("rank", help="run this process's rank of a multi-rank CASE, as started by torchrun "
-                                         "(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK); rank 0 prints the verdict")
+    rank_p = command("rank", help="run this process's rank of a multi-rank CASE, as started by torchrun "
+                                     "(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK); rank 0 prints the verdict")
     rank_p.add_argument("case")
-    init_p = sub.add_parser("init", help="write what a project needs to run `doit verify`: dodo.py and an example "
-                                         "case (never over an existing file)")
+    init_p = command("init", help="write what a project needs to run `doit verify`: dodo.py and an example "
+                                  "case (never over an existing file)")
     init_p.add_argument("--kernels", metavar="DIR", help="the folder of kernel modules (default: the project's, "
                                                          "else kernels); another is added to [tool.golden-tasks]")
-    explain_p = sub.add_parser("explain", help="why STAGE:CASE is (not) up to date")
+    explain_p = command("explain", help="why STAGE:CASE is (not) up to date")
     explain_p.add_argument("target", metavar="STAGE:CASE")
-    compare_p = sub.add_parser("compare", help="compare two run records (runs/report.json): status changes and "
-                                               "kernel times; exit 1 on a regression (docs/comparing-runs.md)")
+    compare_p = command("compare", help="compare two run records (runs/report.json): status changes and "
+                                           "kernel times; exit 1 on a regression (docs/comparing-runs.md)")
     compare_p.add_argument("a", type=Path, metavar="A.json", help="the baseline run record")
     compare_p.add_argument("b", type=Path, metavar="B.json", help="the run record to judge against it")
     compare_p.add_argument("--threshold", type=_nonnegative, default=2.0, metavar="PERCENT",

@@ -1,11 +1,14 @@
 """The golden-tasks command: stats, verify (fsck), gc and explain, on a real verified project."""
 import os
+import sys
 import time
+import types
+from pathlib import Path
 
 import pytest
 from project import Project, stage_results
 
-from golden_tasks import graph
+from golden_tasks import cli, graph
 
 EAGER = "backend=eager"
 
@@ -84,3 +87,30 @@ def test_explain_names_a_toolchain_change(project):
     project.env["CXX"] = "a-compiler-that-is-not-there"
     out = project.cli("explain", "abi:hello_world", EAGER).stdout
     assert "toolchain changed: toolchain.cxx" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--project", "{p}", "--cache", "{c}", "stats"],
+    ["stats", "--project", "{p}", "--cache", "{c}"],
+    ["--project", "{p}", "stats", "--cache", "{c}"],  # one before, one after: neither is lost
+    ["--cache", "{c}", "stats", "--project", "{p}"],
+])
+def test_global_options_before_or_after_the_subcommand(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.delenv("GOLDEN_TASKS_CACHE_READONLY", raising=False)
+    cache = tmp_path / "c"
+    cache.mkdir()
+    argv = [a.format(p=tmp_path, c=cache) for a in argv]
+    assert cli.main(argv) == 0
+    assert f"cache: {cache}" in capsys.readouterr().out
+
+
+def test_replay_takes_project_after_its_directory(tmp_path, monkeypatch):
+    calls = []
+    fake = types.ModuleType("golden_tasks.replay")
+    fake.main = lambda runtime_dir, project: calls.append((runtime_dir, project)) or 0
+    monkeypatch.setitem(sys.modules, "golden_tasks.replay", fake)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["replay", "runs/rms_norm", "--project", str(tmp_path / "checkout")]) == 0
+    assert cli.main(["--project", str(tmp_path / "checkout"), "replay", "runs/rms_norm"]) == 0
+    assert cli.main(["replay", "runs/rms_norm"]) == 0
+    assert calls == [(Path("runs/rms_norm"), tmp_path / "checkout")] * 2 + [(Path("runs/rms_norm"), tmp_path)]

@@ -7,8 +7,10 @@ and be caught by validation. Mutants run on the eager backend: what is under
 test is the verification (goldens, comparators, tolerances), not the
 compiler, and the cache shares the inputs and goldens across all of them.
 """
+import re
+
 import pytest
-from project import Project
+from project import ROOT, Project
 
 MODULES = ("decode_attention", "sparse_attention", "compressor", "indexer")
 SWA, HCA, CSA = "decode_swa", "decode_hca", "decode_csa"
@@ -74,6 +76,17 @@ def project(tmp_path_factory):
 def test_every_flagship_case_has_eight_mutants():
     for case in (SWA, HCA, CSA):
         assert sum(case in cases for *_, cases in MUTANTS.values()) >= 8, case
+
+
+def test_case_docs_name_the_mutants_that_exist():
+    """docs/cases: each page's mutant table lists exactly its case's mutants; every `-k NAME` selects one."""
+    for case in (SWA, HCA, CSA):
+        text = (ROOT / "docs" / "cases" / f"{case}.md").read_text()
+        table = text.split("## What the mutation test kills")[1].split("\n## ")[0]
+        assert set(re.findall(r"^\| `(\w+)` \|", table, re.M)) == {m for m, v in MUTANTS.items() if case in v[3]}
+    for page in (ROOT / "docs" / "cases").glob("*.md"):
+        for name in re.findall(r"test_dsv4_mutations\.py -k (\w+)", page.read_text()):
+            assert name in MUTANTS, f"{page.name}: pytest -k {name} selects no mutant"
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
