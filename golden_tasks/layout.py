@@ -40,13 +40,15 @@ class KernelModule:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """A project's folders (absolute) and defaults; None where the project sets nothing."""
+    """A project's folders (absolute) and defaults; None where the project sets nothing. `configured`:
+    its pyproject.toml has the table (pytest then collects its cases)."""
     root: Path
     kernels: tuple = ()
     cache: Path = None
     runs: Path = None
     profile: str = None
     backend: str = None
+    configured: bool = False
 
     def modules(self) -> list:
         """Every kernel module, folder by folder, each folder's in name order."""
@@ -85,12 +87,13 @@ def layout(root: Path) -> Layout:
     """The layout of the project at `root`, read once per process from root/pyproject.toml."""
     root = Path(root).resolve()
     pyproject = root / "pyproject.toml"
-    table = {}
+    table, document_has = {}, False
     if pyproject.is_file():
         try:
             document = tomllib.loads(pyproject.read_text())
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise LayoutError(f"{pyproject}: cannot be read: {exc}") from None
+        document_has = "golden-tasks" in document.get("tool", {})
         table = document.get("tool", {}).get("golden-tasks", {})
     where = f"{pyproject} [{TABLE}]"
     if not isinstance(table, dict):
@@ -111,4 +114,4 @@ def layout(root: Path) -> Layout:
                 raise LayoutError(f"{where}: kernels folder {text!r} does not exist ({folder})")
     cache, runs = (_text(table, key, where) for key in ("cache", "runs"))
     return Layout(root, kernels, cache and (root / cache).resolve(), runs and (root / runs).resolve(),
-                  _text(table, "profile", where), _text(table, "backend", where))
+                  _text(table, "profile", where), _text(table, "backend", where), configured=document_has)
