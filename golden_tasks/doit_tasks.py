@@ -82,9 +82,9 @@ class _UpToDate:
         self.reason = "not checked yet"
 
     def __call__(self) -> bool:
-        stale = self.stale()
-        self.reason = stale or "up to date"
-        return stale is None
+        reason = self.stale()
+        self.reason = reason or "up to date"
+        return reason is None
 
     def stale(self) -> str | None:
         """Why the task must run now, or None when it is up to date."""
@@ -116,16 +116,17 @@ class _StageCached(_UpToDate):
 
     def stale(self) -> str | None:
         lib = library(self.root)
-        stale = _why_not_cached(graph.BY_NAME[self.stage], lib.plans[self.case], lib.store, self.root)
-        _tally.add(self.stage, self.case, stale is None)
-        if stale is None:
+        reason = _why_not_cached(graph.BY_NAME[self.stage], lib.plans[self.case], lib.store, self.root)
+        _tally.add(self.stage, self.case, reason is None)
+        if reason is None:
             _journal(self.task, report.CACHED)
-        return stale
+        return reason
 
 
 def _why_not_cached(stage: graph.Stage, plan: Plan, store: Store, root: Path) -> str | None:
     """Why `stage` of `plan` has no usable cached entry, or None when it has one. The truth value is
-    graph.cached's (never a hit it would not give); the reasons cost lookups only on a miss."""
+    graph.cached's (never a hit it would not give); the reasons cost one stat on a hit, lookups
+    only on a miss."""
     if graph.remeasured(stage, plan):
         return "fresh=1 measures its timings again"
     found = {}
