@@ -24,6 +24,7 @@ import difflib
 import fnmatch
 import json
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -43,7 +44,8 @@ from . import config, graph, reaper, report, runtime
 from .discover import forget
 from .errors import StalePlan, VerificationFailure
 from .library import CONTEXT, Library
-from .plan import VARIABLES
+from .plan import VARIABLES, Plan
+from .store import Store
 from .toolchain import machine, toolchain
 
 PLAN = "plan"
@@ -67,14 +69,88 @@ def library(root: Path) -> Library:
 _tally = report.Tally()  # status checks of this doit process, logged when it exits
 
 
-def _is_cached(root, stage, case):
-    lib = library(root)
-    graph_stage, plan = graph.BY_NAME[stage], lib.plans[case]
-    hit = not graph.remeasured(graph_stage, plan) and graph.cached(graph_stage, plan, lib.store) is not None
-    _tally.add(stage, case, hit)
-    if hit:
-        _journal(f"{stage}:{case}", report.CACHED)
-    return hit
+class _UpToDate:
+    """A doit `uptodate` check that says why its task must run.
+
+    doit calls it with no arguments (Dependency.get_status) and reads its truth value. When that is
+    false, `doit info` lists the check as `'{}'.format(check)` (cmd_info.Info.get_reasons), i.e. its
+    str, which is `TASK: REASON` for the reason its last call found; a plain function would print
+    as `<function ...>`."""
+
+    def __init__(self, task: str):
+        self.task = task
+        self.reason = "not checked yet"
+
+    def __call__(self) -> bool:
+        reason = self.stale()
+        self.reason = reason or "up to date"
+        return reason is None
+
+    def stale(self) -> str | None:
+        """Why the task must run now, or None when it is up to date."""
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return f"{self.task}: {self.reason}"
+
+
+class _Planned(_UpToDate):
+    """plan:CASE is up to date unless the case could not be planned."""
+
+    def __init__(self, case: str, error: str | None):
+        super().__init__(f"{PLAN}:{case}")
+        self.error = error
+
+    def stale(self) -> str | None:
+        return f"the case cannot be planned: {self.error}" if self.error else None
+
+
+class _StageCached(_UpToDate):
+    """STAGE:CASE is up to date when the store holds a valid entry under the stage's current key
+    (and fresh=1 does not measure a timing stage again). Each check is tallied in the run's cache
+    log, and a hit is journaled as the task's outcome."""
+
+    def __init__(self, root: Path, stage: str, case: str):
+        super().__init__(f"{stage}:{case}")
+        self.root, self.stage, self.case = root, stage, case
+
+    def stale(self) -> str | None:
+        lib = library(self.root)
+        reason = _why_not_cached(graph.BY_NAME[self.stage], lib.plans[self.case], lib.store, self.root)
+        _tally.add(self.stage, self.case, reason is None)
+        if reason is None:
+            _journal(self.task, report.CACHED)
+        return reason
+
+
+def _why_not_cached(stage: graph.Stage, plan: Plan, store: Store, root: Path) -> str | None:
+    """Why `stage` of `plan` has no usable cached entry, or None when it has one. The truth value is
+    graph.cached's (never a hit it would not give); the reasons cost one stat on a hit, lookups
+    only on a miss."""
+    if graph.remeasured(stage, plan):
+        return "fresh=1 measures its timings again"
+    found = {}
+    key, _ = graph.resolve(stage, plan, store, found)
+    if key is None:
+        missing = [n for n in stage.reads if graph.cached(graph.BY_NAME[n], plan, store, found) is None]
+        return f"its key depends on upstream {', '.join(missing)}, not cached yet"
+    # Looked at before the lookup: a damaged entry is dropped by it (with a warning).
+    on_disk = any(s.entry_path(stage.name, key).exists() for s in (store, store.overlay) if s is not None)
+    if store.get(stage.name, key) is not None:
+        return None
+    if plan.volatile:
+        return f"it recomputes on every run: it depends on what cannot be fingerprinted: {'; '.join(plan.volatile)}"
+    if on_disk:
+        return f"its cached entry (key {key[:16]}) is damaged or unreadable, so it is computed again"
+    return (f"no cached entry under its key {key[:16]}; "
+            f"`{_explain_command(root, f'{stage.name}:{plan.case}')}` names what changed since its last run")
+
+
+def _explain_command(root: Path, task: str) -> str:
+    """The `golden-tasks explain` command line for `task` under this run's project and doit variables."""
+    variables = [f"{name}={value}" for name in (*VARIABLES, *CONTEXT) if (value := get_var(name)) is not None]
+    project = [] if root == Path.cwd().resolve() else ["--project", str(root)]
+    return shlex.join(["golden-tasks", *project, "explain", task, *variables])
 
 
 def _log_tally(store, pid):
@@ -121,10 +197,24 @@ def _run_stage(root, stage, case):
     return _outcome(task)
 
 
-def _runtime_current(root, case):
-    lib = library(root)
-    plan = lib.plans[case]  # fresh=1: the dir's report.json gets the new timings
-    return not plan.fresh and runtime.is_current(plan, lib.store, config.runs_root(root) / case)
+class _RuntimeCurrent(_UpToDate):
+    """runtime:CASE is up to date when runs/CASE holds the case's current run (runtime.is_current)."""
+
+    def __init__(self, root: Path, case: str):
+        super().__init__(f"runtime:{case}")
+        self.root, self.case = root, case
+
+    def stale(self) -> str | None:
+        lib = library(self.root)
+        plan, case_dir = lib.plans[self.case], config.runs_root(self.root) / self.case
+        if plan.fresh:
+            return f"fresh=1: {case_dir} is written again with the new timings"
+        if runtime.is_current(plan, lib.store, case_dir):
+            return None
+        if not (case_dir / runtime.MANIFEST).exists():
+            return f"{case_dir} holds no run yet"
+        return (f"{case_dir} holds another run (other keys or profile) or a file in it changed since it was "
+                "written, so it is written again")
 
 
 def _materialize(root, case):
@@ -348,7 +438,7 @@ def tasks_for(root: Path) -> dict:
         """plan each case: import errors and bad specs surface here"""
         for plan in library(root).plans.values():
             yield {"name": plan.case, "actions": [(_plan_action, [plan.case, plan.error])],
-                   "uptodate": [not plan.error], "doc": f"plan {plan.case}"}
+                   "uptodate": [_Planned(plan.case, plan.error)], "doc": f"plan {plan.case}"}
 
     def stage_creator(stage):
         def create():
@@ -360,7 +450,7 @@ def tasks_for(root: Path) -> dict:
                     continue
                 yield {"name": case, "doc": f"{stage.doc} ({case})",
                        "actions": [(_run_stage, [root, stage.name, case])],
-                       "uptodate": [(_is_cached, [root, stage.name, case])],
+                       "uptodate": [_StageCached(root, stage.name, case)],
                        "task_dep": [f"{PLAN}:{case}"] + [f"{d}:{case}" for d in stage.reads + stage.after]}
         create.__name__ = f"task_{stage.name}"
         create.__doc__ = stage.doc
@@ -371,7 +461,7 @@ def tasks_for(root: Path) -> dict:
         for plan in library(root).ok():
             case = plan.case
             yield {"name": case, "actions": [(_materialize, [root, case])],
-                   "uptodate": [(_runtime_current, [root, case])],
+                   "uptodate": [_RuntimeCurrent(root, case)],
                    # every stage: the dir holds each one's entry (golden_bench may finish after bench)
                    "task_dep": [f"{s.name}:{case}" for s in graph.STAGES], "doc": f"runtime dir of {case}"}
 

@@ -114,3 +114,26 @@ def test_replay_takes_project_after_its_directory(tmp_path, monkeypatch):
     assert cli.main(["--project", str(tmp_path / "checkout"), "replay", "runs/rms_norm"]) == 0
     assert cli.main(["replay", "runs/rms_norm"]) == 0
     assert calls == [(Path("runs/rms_norm"), tmp_path / "checkout")] * 2 + [(Path("runs/rms_norm"), tmp_path)]
+
+
+def test_doit_info_gives_a_readable_reason(tmp_path):
+    """`doit info` names why a task runs (not doit's `<function ...>`), and its explain line names what changed."""
+    proj = Project(tmp_path / "project", ("hello_world",))
+
+    def info(task, *variables):
+        out = proj.console("info", task, EAGER, *variables).stdout
+        assert "<function" not in out
+        return out
+
+    cold = info("validate:hello_world")
+    assert "validate:hello_world: its key depends on upstream dispatch, golden, inputs, not cached yet" in cold
+    assert "runs/hello_world holds no run yet" in info("runtime:hello_world")
+    code, _, _, err = proj.doit("verify", EAGER)
+    assert code == 0, err
+    assert "status     : up-to-date" in info("validate:hello_world")
+    assert "bench:hello_world: fresh=1 measures its timings again" in info("bench:hello_world", "fresh=1")
+    proj.edit("hello_world", 't["out"].copy_(t["x"] + t["y"])', 't["out"].copy_(t["y"] + t["x"])')
+    edited = info("golden:hello_world")
+    assert "golden:hello_world: no cached entry under its key" in edited
+    assert "`golden-tasks explain golden:hello_world backend=eager` names what changed" in edited
+    assert "golden changed: golden_hello_world (body)" in proj.cli("explain", "golden:hello_world", EAGER).stdout
