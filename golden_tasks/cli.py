@@ -130,7 +130,7 @@ def cmd_verify(store: Store, args) -> int:
 def _plans(project: Path, store: Store, variables=()) -> dict:
     """The library's plans, with doit-style NAME=VALUE variables applied (profile=NAME as in doit)."""
     pairs = dict(v.split("=", 1) for v in variables)
-    return planned_library(project, store, run_variables(pairs.get))
+    return planned_library(project, store, run_variables(project, pairs.get))
 
 
 def _current_keys(project: Path, store: Store, variables) -> set:

@@ -538,7 +538,7 @@ def _sources(project: Path, variables: list) -> Sources:
     try:
         layout(project).importable()
         pairs = dict(v.split("=", 1) for v in variables)
-        return Sources(store, planned_library(project, store, run_variables(pairs.get)))
+        return Sources(store, planned_library(project, store, run_variables(project, pairs.get)))
     except (ValueError, RuntimeError) as exc:  # a bad variable; planning itself failed
         return Sources(store, why=_first_line(exc))
 

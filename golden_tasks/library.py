@@ -14,12 +14,18 @@ from .layout import layout
 from .plan import VARIABLES, FailedPlan, Plan
 
 
-def run_variables(get: Callable) -> dict:
+def run_variables(root: Path, get: Callable) -> dict:
     """The run's variables that override plan fields (name -> text), each checked: a bad value
     is a ValueError naming it, whether or not any case exists. `get(name, default)` reads one;
-    `profile=NAME` and `ranks=N` are exported to the environment (see apply_context)."""
+    `profile=NAME` and `ranks=N` are exported to the environment (see apply_context). The project's
+    layout gives the profile and backend a run does not (below $GOLDEN_TASKS_PROFILE too)."""
+    project = layout(root)
+    if project.profile:
+        os.environ.setdefault(config.PROFILE_ENV, project.profile)
     apply_context(get)
     values = {name: value for name in VARIABLES if (value := get(name, None)) is not None}
+    if project.backend and "backend" not in values:
+        values["backend"] = project.backend
     Plan().overridden(values)
     return values
 
@@ -58,13 +64,8 @@ class Library:
 
     def __init__(self, root: Path, get: Callable):
         self.root = root
-        project = layout(root)
-        project.importable()  # the kernel modules import by name here and in every process started after
-        if project.profile:  # the project's default: below profile=NAME and $GOLDEN_TASKS_PROFILE
-            os.environ.setdefault(config.PROFILE_ENV, project.profile)
-        values = run_variables(get)
-        if project.backend and "backend" not in values:
-            values["backend"] = project.backend
+        layout(root).importable()  # the kernel modules import by name here and in every process started after
+        values = run_variables(root, get)
         self.store = config.open_store(root)
         self.plans = planned_library(root, self.store, values)
 

@@ -1,12 +1,11 @@
-"""`golden_tasks.run`: the same pipeline and cache, scheduled in-process."""
+"""`golden_tasks.run`: the same pipeline and cache, scheduled in-process. Importing it imports no torch
+(the pytest plugin's items verify cached cases with `verify` alone); `run` imports what it needs."""
 import dataclasses
 import traceback
 from pathlib import Path
 
 from . import config, graph, report, runtime
-from .case import Case, plan_of
 from .errors import VerificationFailure
-from .forms import KernelForm
 from .outputs import Stats
 from .plan import FailedPlan
 
@@ -28,10 +27,6 @@ class RunResult:
         return self.passed
 
 
-# Case's options that run() passes on (its name, specs, kernel and golden are run()'s arguments; its
-# root is the current directory).
-RUN_OPTIONS = tuple(f.name for f in dataclasses.fields(Case) if f.name not in ("name", "specs", "kernel", "golden",
-                                                                               "root"))
 
 
 def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
@@ -41,7 +36,8 @@ def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
     `case` is the live case when the caller has it (else imported where a stage needs it)."""
     states, errors, timings = {}, {}, {}
     if not plan.error:
-        config.apply_threads()
+        if any(graph.remeasured(s, plan) or graph.cached(s, plan, store) is None for s in graph.STAGES):
+            config.apply_threads()  # imports torch: not for a case whose every stage is cached
         for stage in graph.STAGES:
             try:
                 entry, ran = graph.execute(stage, plan, store, case)
@@ -52,7 +48,7 @@ def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
             states[stage.name] = report.RAN if ran else report.CACHED
             timings[stage.name] = Stats.of(entry).seconds
     row = report.case_row(plan, states, errors, store)
-    if row["status"] == "PASS":
+    if row["status"] == "PASS" and (plan.fresh or not runtime.is_current(plan, store, work_dir)):
         runtime.materialize(plan, store, work_dir, row)
     tally = report.Tally()
     for stage, state in row["stages"].items():
@@ -73,11 +69,18 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **o
     Setup errors (ABI mismatch, bad specs, compile errors) and validation
     mismatches come back as a failed RunResult with a precise message.
     """
+    from .case import Case, plan_of  # noqa: PLC0415 -- imports torch: not for verify's callers
+    from .forms import KernelForm  # noqa: PLC0415 -- as above
+
+    # Case's options that run() passes on (its name, specs, kernel and golden are run()'s arguments; its
+    # root is the current directory).
+    run_options = [f.name for f in dataclasses.fields(Case) if f.name not in ("name", "specs", "kernel", "golden",
+                                                                              "root")]
     if not isinstance(fn, KernelForm):
         raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, got {fn!r}")
-    unknown = sorted(set(options) - set(RUN_OPTIONS))
+    unknown = sorted(set(options) - set(run_options))
     if unknown:
-        raise TypeError(f"run() got unknown options {', '.join(unknown)}; it takes {', '.join(RUN_OPTIONS)}")
+        raise TypeError(f"run() got unknown options {', '.join(unknown)}; it takes {', '.join(run_options)}")
     case_name = name or fn.name
     store = config.open_store(cache_dir=cache_dir)
     work_dir = (Path(runs_dir).resolve() if runs_dir else config.runs_root()) / case_name

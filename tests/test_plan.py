@@ -33,7 +33,7 @@ def test_a_stage_reads_only_its_key_and_the_context():
         view.seed = 1
 
 
-def test_variables_override_their_fields_and_bad_values_name_the_variable():
+def test_variables_override_their_fields_and_bad_values_name_the_variable(tmp_path):
     base = Plan(case="c", options={"a": 1}, bench={"warmup": 5, "rounds": None})
     new = base.overridden({"backend": "eager", "options": '{"b": 2}', "rounds": "3", "timeout": "2.5", "rse": "0.005",
                            "budget": "2", "flush": "1"})
@@ -48,7 +48,7 @@ def test_variables_override_their_fields_and_bad_values_name_the_variable():
         with pytest.raises(ValueError, match="^" + re.escape(f"doit variable {name}={value!r}")):
             base.overridden({name: value})
         with pytest.raises(ValueError, match=message):  # checked even when no case exists
-            run_variables({name: value}.get)
+            run_variables(tmp_path, {name: value}.get)
 
 
 def test_plans_round_trip_through_json_and_a_failure_is_its_own_state():
