@@ -1,0 +1,68 @@
+"""golden-tasks as a library a kernel repository installs: `python -m build` makes a wheel and an sdist,
+the wheel installs into a fresh virtual environment, and a project outside this repository, configured
+only by its pyproject.toml, verifies with doit (no dodo.py) and with pytest, also under pytest-xdist."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+from test_pytest_plugin import CASES, PYPROJECT
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(cmd, cwd, env=None, timeout=900):
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+    assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def test_the_wheel_in_a_fresh_venv_verifies_a_project_outside_the_repository(tmp_path):
+    # the source tree as a fresh clone has it (no cache, runs or build leftovers of this checkout)
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns("cache", "runs", ".doit.db*", "build", "dist",
+                                                                "*.egg-info", "__pycache__", ".git"))
+    dist = tmp_path / "dist"
+    # no isolation: the build backend (setuptools) is already here, and no index is needed
+    run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", dist], source)
+    (wheel,) = dist.glob("golden_tasks-*.whl")
+    (sdist,) = dist.glob("golden_tasks-*.tar.gz")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        entry_points = archive.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert "golden_tasks/pytest_plugin.py" in names and not any(n.startswith(("kernels/", "tests/")) for n in names)
+    assert "Requires-Dist: torch>=2.13.0" in metadata  # a range: it installs beside the user's own torch
+    assert "[pytest11]" in entry_points and "[doit.LOADER]" in entry_points
+    with tarfile.open(sdist) as archive:
+        assert any(n.endswith("golden_tasks/layout.py") for n in archive.getnames())
+
+    # a fresh venv; torch and the other dependencies come from this machine's site-packages (no download)
+    venv = tmp_path / "venv"
+    # (without a pip of its own, whose old bundled setuptools would hide the one torch requires)
+    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], tmp_path)
+    python = venv / "bin" / "python"
+    run([sys.executable, "-m", "pip", "--python", python, "install", "--no-index", wheel], tmp_path)
+    where = run([python, "-c", "import golden_tasks; print(golden_tasks.__file__)"], tmp_path).stdout
+    assert where.startswith(str(venv)), where  # the wheel, not this checkout
+
+    project = tmp_path / "elsewhere" / "mine"
+    (project / "src/mykernels").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(PYPROJECT + '\n[tool.doit]\nloader = "golden-tasks"\n')
+    (project / "src/mykernels/ops.py").write_text(CASES)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("GOLDEN_TASKS_", "PYTHONPATH"))},
+           "PYTHONWARNINGS": "ignore", "GOLDEN_TASKS_HTML": "0"}
+    doit = subprocess.run([python, "-m", "doit", "--continue", "verify"], cwd=project, capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert doit.returncode != 0, doit.stdout + doit.stderr  # twice_off fails
+    for case, status in (("twice", "PASS"), ("twice_off", "FAIL"), ("twice_unchecked", "SKIPPED")):
+        assert re.search(rf"^{case} +{status} ", doit.stdout, re.M), doit.stdout
+    tests = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2"], cwd=project,
+                           capture_output=True, text=True, env=env, timeout=900)
+    assert tests.returncode == 1 and "1 failed, 1 passed, 1 skipped" in tests.stdout, tests.stdout + tests.stderr
+    assert "plugins:" in tests.stdout and "golden-tasks" in tests.stdout
