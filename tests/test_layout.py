@@ -5,30 +5,16 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from test_pytest_plugin import CASES
 
 from golden_tasks.layout import LayoutError, layout
 from golden_tasks.scaffold import InitRefused, scaffold
 
 ROOT = Path(__file__).resolve().parents[1]
 
-KERNEL = textwrap.dedent("""
-    import torch
-    from golden_tasks import Case, In, Out, TensorSpec, jit
-
-    @jit
-    def twice(x: In, out: Out):
-        torch.mul(x, 2.0, out=out)
-
-    def golden(t):
-        t["out"].copy_(t["x"] * 2.0)
-
-    CASES = [Case("twice", [TensorSpec("x", (64,), torch.float32, torch.randn), TensorSpec("out", (64,), torch.float32)],
-                  kernel=twice, golden=golden, rounds=3)]
-""")
 
 
 def write(root: Path, table: str) -> Path:
@@ -86,8 +72,8 @@ def test_a_project_configured_only_in_pyproject_verifies_with_doit_and_no_dodo_f
     root = write(tmp_path / "mine", 'kernels = ["src/mykernels"]\ncache = ".gt-cache"\nruns = "build/runs"\n'
                                     'backend = "eager"\n\n[tool.doit]\nloader = "golden-tasks"\n')
     (root / "src/mykernels").mkdir(parents=True)
-    (root / "src/mykernels/ops.py").write_text(KERNEL)
-    first = doit(root, "verify")
+    (root / "src/mykernels/ops.py").write_text(CASES)
+    first = doit(root, "verify:twice")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "twice" in first.stdout and "PASS" in first.stdout
     assert (root / ".gt-cache" / "entries").is_dir() and not (root / "cache").exists()
@@ -95,7 +81,7 @@ def test_a_project_configured_only_in_pyproject_verifies_with_doit_and_no_dodo_f
     assert [r["status"] for r in record["cases"]] == ["PASS"]
     compiled = json.loads(next((root / ".gt-cache/entries/compile").glob("*/*.json")).read_text())
     assert compiled["meta"]["backend"] == "eager"  # the project's backend (the default is aoti), no backend= given
-    again = doit(root, "verify")
+    again = doit(root, "verify:twice")
     assert again.returncode == 0 and "twice" in again.stdout and "ran" not in again.stdout
 
 
