@@ -67,11 +67,11 @@ def test_flagship_passes_across_ten_seeds(project, tmp_path, monkeypatch, name):
 def test_flash_profile_plans_production_shapes(project):
     code, _, _, err = project.doit("plan:decode_hca", "profile=flash")
     assert code == 0, err
-    [manifest] = project.cache.glob("plans/*/flash/decode_attention.json")
+    [manifest] = project.cache.glob("plans/*/flash/kernels.decode_attention.json")
     plans = {p["case"]: p for p in json.loads(manifest.read_text())["cases"]}
     shapes = {s["name"]: s["shape"] for s in plans["decode_hca"]["signature"]}
     assert shapes["q"] == [512, 64, 512] and shapes["o_packed"] == [8, 512, 8 * 512]
     assert shapes["compress_state"][1:] == [8, 1024] and shapes["ape"] == [128, 512]
     assert {s["name"]: s["shape"] for s in plans["decode_csa"]["signature"]}["position_ids"] == [512, 1]
     # the small profile's plans are still there: switching back re-plans nothing
-    assert len(list(project.cache.glob("plans/*/default/decode_attention.json"))) == 1
+    assert len(list(project.cache.glob("plans/*/default/kernels.decode_attention.json"))) == 1

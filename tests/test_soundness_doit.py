@@ -65,7 +65,7 @@ def test_damage_is_recomputed_and_the_case_passes_in_the_same_run(verified, stag
 
 
 def manifest_of(project, module):
-    (path,) = project.cache.glob(f"plans/*/default/{module}.json")
+    (path,) = project.cache.glob(f"plans/*/default/kernels.{module}.json")
     return path
 
 
