@@ -82,14 +82,20 @@ def planning_context() -> str:
     return profile() + (f".ranks{ranks()}" if ranks() else "")
 
 
+def _switch(name: str, default: bool) -> bool:
+    """An on/off environment variable: 1, true or yes; 0, false or no; anything else is `default`."""
+    value = os.environ.get(name, "").lower()
+    return True if value in ("1", "true", "yes") else False if value in ("0", "false", "no") else default
+
+
 def readonly() -> bool:
-    return os.environ.get(READONLY_ENV, "").lower() in ("1", "true", "yes")
+    return _switch(READONLY_ENV, default=False)
 
 
 def draws_html() -> bool:
     """Whether a doit run writes runs/report.html: yes unless $GOLDEN_TASKS_HTML is 0, false or no (the
     page takes seconds to plot whenever a case's figures changed; CI that reads only report.xml skips it)."""
-    return os.environ.get(HTML_ENV, "").lower() not in ("0", "false", "no")
+    return _switch(HTML_ENV, default=True)
 
 
 def open_store(project: Path = None, cache_dir=None) -> Store:

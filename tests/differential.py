@@ -216,7 +216,8 @@ class Differential:
             (tables / f"t{i}.bin").write_bytes(b"")
         env = {k: v for k, v in os.environ.items() if not k.startswith("GOLDEN_TASKS_")}
         env.update({"GT_DIFF_OUTSIDE": str(self.outside), "GOLDEN_TASKS_RUNS": str(self.path / "runs"),
-                    "PYTHONWARNINGS": "ignore", "GOLDEN_TASKS_HTML": "0", **{var: values[site] for site, var in ENV_SITES.items()}})
+                    "PYTHONWARNINGS": "ignore", "GOLDEN_TASKS_HTML": "0",
+                    **{var: values[site] for site, var in ENV_SITES.items()}})
         return env
 
     def verify(self, env: dict, cache: Path) -> tuple[dict, dict]:
