@@ -63,6 +63,21 @@ class Project:
         return [json.loads(p.read_text()) for p in sorted(self.cache.glob(pattern))]
 
 
+def copy_checkout(dest: Path) -> Path:
+    """The source tree as a fresh clone has it: no cache, runs, build leftovers or git metadata."""
+    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
+        "cache", "runs", ".doit.db*", "build", "dist", "*.egg-info", "__pycache__", ".git", ".pytest_cache"))
+    return dest
+
+
+def fresh_venv(path: Path) -> Path:
+    """A virtual environment at `path`; returns its python. torch and the other dependencies come from
+    this machine's site-packages (no download). It has no pip of its own (whose old bundled setuptools
+    would hide the one torch requires): this interpreter's pip installs into it (`pip --python`)."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
+    return path / "bin" / "python"
+
+
 def ran(results):
     return {name for name, r in results.items() if r in ("success", "fail")}
 

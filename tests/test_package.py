@@ -3,13 +3,13 @@ the wheel installs into a fresh virtual environment, and a project outside this 
 only by its pyproject.toml, verifies with doit (no dodo.py) and with pytest, also under pytest-xdist."""
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
+from project import copy_checkout, fresh_venv
 from test_pytest_plugin import CASES, PYPROJECT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,9 +24,7 @@ def run(cmd, cwd, env=None, timeout=900):
 
 def test_the_wheel_in_a_fresh_venv_verifies_a_project_outside_the_repository(tmp_path):
     # the source tree as a fresh clone has it (no cache, runs or build leftovers of this checkout)
-    source = tmp_path / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns("cache", "runs", ".doit.db*", "build", "dist",
-                                                                "*.egg-info", "__pycache__", ".git"))
+    source = copy_checkout(tmp_path / "source")
     dist = tmp_path / "dist"
     # no isolation: the build backend (setuptools) is already here, and no index is needed
     run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", dist], source)
@@ -42,11 +40,8 @@ def test_the_wheel_in_a_fresh_venv_verifies_a_project_outside_the_repository(tmp
     with tarfile.open(sdist) as archive:
         assert any(n.endswith("golden_tasks/layout.py") for n in archive.getnames())
 
-    # a fresh venv; torch and the other dependencies come from this machine's site-packages (no download)
     venv = tmp_path / "venv"
-    # (without a pip of its own, whose old bundled setuptools would hide the one torch requires)
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], tmp_path)
-    python = venv / "bin" / "python"
+    python = fresh_venv(venv)
     run([sys.executable, "-m", "pip", "--python", python, "install", "--no-index", wheel], tmp_path)
     where = run([python, "-c", "import golden_tasks; print(golden_tasks.__file__)"], tmp_path).stdout
     assert where.startswith(str(venv)), where  # the wheel, not this checkout
