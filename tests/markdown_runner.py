@@ -57,7 +57,7 @@ VERBS = {
     "text": set(),
 }
 COMMENT = re.compile(r"<!--(.*?)-->", re.S)
-KNOWN_COMMENT = re.compile(r"\s*(docs-test: \S.*|skip: next \"[^\"]+\"|invisible-code-block: python\n.*)", re.S)
+KNOWN_COMMENT = re.compile(r"\s*(docs-test: \S.*|skip: next \"[^\"]+\"|invisible-code-block: python\n.*)\s*", re.S)
 TIMEOUT = 1200  # seconds one block may take (the README's first block verifies the library cold)
 
 
