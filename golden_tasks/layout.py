@@ -49,6 +49,7 @@ class Layout:
     profile: str = None
     backend: str = None
     configured: bool = False
+    named: tuple = ()  # the kernel folders as the table writes them (empty: the default folder)
 
     def modules(self) -> list:
         """Every kernel module, folder by folder, each folder's in name order."""
@@ -84,7 +85,20 @@ def _text(table: dict, key: str, where: str) -> str | None:
 
 @functools.cache
 def layout(root: Path) -> Layout:
-    """The layout of the project at `root`, read once per process from root/pyproject.toml."""
+    """The layout of the project at `root`, read once per process from root/pyproject.toml; a kernel
+    folder the table names must exist (the default may not: a project with no cases yet)."""
+    found = declared(root)
+    where = f"{found.root / 'pyproject.toml'} [{TABLE}]"
+    for folder, text in zip(found.kernels, found.named):
+        if not folder.is_dir():
+            raise LayoutError(f"{where}: kernels folder {text!r} does not exist ({folder})")
+    return found
+
+
+@functools.cache
+def declared(root: Path) -> Layout:
+    """The layout as root/pyproject.toml declares it, its form checked but not that its folders exist
+    (`golden-tasks init` makes them)."""
     root = Path(root).resolve()
     pyproject = root / "pyproject.toml"
     table, document_has = {}, False
@@ -108,10 +122,7 @@ def layout(root: Path) -> Layout:
     if len(set(names)) < len(names):
         twice = next(n for n in names if names.count(n) > 1)
         raise LayoutError(f"{where}: two kernel folders are named {twice!r}: their modules would share import names")
-    if "kernels" in table:  # a folder the user names must exist; the default may not (a project with no cases yet)
-        for folder, text in zip(kernels, folders):
-            if not folder.is_dir():
-                raise LayoutError(f"{where}: kernels folder {text!r} does not exist ({folder})")
     cache, runs = (_text(table, key, where) for key in ("cache", "runs"))
     return Layout(root, kernels, cache and (root / cache).resolve(), runs and (root / runs).resolve(),
-                  _text(table, "profile", where), _text(table, "backend", where), configured=document_has)
+                  _text(table, "profile", where), _text(table, "backend", where), configured=document_has,
+                  named=tuple(folders) if "kernels" in table else ())

@@ -2,12 +2,13 @@
 
 It writes the doit entry point (dodo.py), the kernel folder with an example case, and, for a kernel
 folder other than the project's, the [tool.golden-tasks] table naming it (appended to pyproject.toml,
-or a new one). Every file is checked first: if one it would write exists, nothing is written.
+or a new one); it makes the other kernel folders a table already names. Every file is checked first:
+if one it would write exists, nothing is written.
 """
 import dataclasses
 from pathlib import Path
 
-from .layout import layout
+from .layout import declared
 
 DODO = '''"""doit entry point of golden-tasks: `doit verify`, `doit verify:<case>`, `doit -n 4 verify`, `doit list`."""
 from pathlib import Path
@@ -46,16 +47,18 @@ class InitRefused(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Scaffold:
-    """The files init writes (path -> text) and the table it appends to pyproject.toml (or "")."""
+    """The files init writes (path -> text), the table it appends to pyproject.toml (or "") and the
+    kernel folders it makes."""
     files: dict
     table: str = ""
+    folders: tuple = ()
 
 
 def scaffold(root: Path, kernels: str = None) -> Scaffold:
     """What init writes in the project at `root`, its kernels in `kernels` (default: the layout's first
     kernel folder). Raises InitRefused when a file exists or the layout already names other folders."""
     root = Path(root).resolve()
-    project = layout(root)
+    project = declared(root)  # a table written before init may name folders that do not exist yet
     folder = (root / kernels).resolve() if kernels else project.kernels[0]
     table = ""
     if folder not in project.kernels:
@@ -70,12 +73,14 @@ def scaffold(root: Path, kernels: str = None) -> Scaffold:
     existing = [path for path in files if path.exists()]
     if existing:
         raise InitRefused("init writes nothing over existing files: " + ", ".join(map(str, existing)))
-    return Scaffold(files, table)
+    return Scaffold(files, table, tuple(f for f in project.kernels if f != folder and not f.is_dir()))
 
 
 def init(root: Path, kernels: str = None) -> list:
     """Write the scaffold; the paths written (pyproject.toml last, when its table was added)."""
     plan = scaffold(root, kernels)
+    for folder in plan.folders:
+        folder.mkdir(parents=True)
     for path, text in plan.files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

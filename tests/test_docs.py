@@ -73,7 +73,10 @@ def test_doc_is_well_formed(doc):
 @pytest.mark.parametrize("doc", DOCS, ids=_ids)
 def test_doc_runs(doc, tmp_path, built_dist, docs_cache):
     project, env = scratch(tmp_path, built_dist, docs_cache, project_is_empty(doc))
-    run = run_doc(doc, project, env)
+    try:
+        run = run_doc(doc, project, env)
+    except DocFailure as failure:
+        pytest.fail(str(failure), pytrace=False)
     for line, reason in run.skipped:
         print(f"{doc.name}:{line}: skipped: {reason}")
 

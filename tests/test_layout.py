@@ -118,3 +118,16 @@ def test_init_will_not_contradict_a_table_that_names_other_folders(tmp_path):
     with pytest.raises(InitRefused, match="already has a \\[tool.golden-tasks\\] table"):
         scaffold(root, "src/other")
     assert set(scaffold(root).files) == {root / "dodo.py", root / "lib/k/example.py", root / "lib/k/__init__.py"}
+
+
+def test_init_after_the_table_makes_the_folders_it_names(tmp_path):
+    """A user who writes the table first, then runs init, gets the folders the table names."""
+    root = write(tmp_path / "mine", 'kernels = ["src/mykernels", "src/more"]\n')
+    with pytest.raises(LayoutError, match="kernels folder 'src/mykernels' does not exist"):
+        layout(root)
+    cli = [sys.executable, "-m", "golden_tasks.cli", "--project", str(root), "init", "--kernels", "src/mykernels"]
+    made = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert (root / "src/mykernels/example.py").is_file() and (root / "src/more").is_dir()
+    assert "[tool.golden-tasks]" not in (root / "pyproject.toml").read_text().split("[tool.golden-tasks]", 1)[1]
+    assert layout.__wrapped__(root).kernels == (root / "src/mykernels", root / "src/more")
