@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,11 +72,23 @@ def copy_checkout(dest: Path) -> Path:
 
 
 def fresh_venv(path: Path) -> Path:
-    """A virtual environment at `path`; returns its python. torch and the other dependencies come from
-    this machine's site-packages (no download). It has no pip of its own (whose old bundled setuptools
-    would hide the one torch requires): this interpreter's pip installs into it (`pip --python`)."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
-    return path / "bin" / "python"
+    """A virtual environment at `path` that sees this machine's packages (torch and the other
+    dependencies: no download) but not this checkout's own install of golden-tasks; returns its python.
+    It has no pip of its own (whose old bundled setuptools would hide the one torch requires): this
+    interpreter's pip installs into it (`pip --python`)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    python = path / "bin" / "python"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    # a view of this interpreter's site-packages without golden-tasks (an editable install is a .pth
+    # file and a finder there; a plain sys.path entry, unlike a site dir, runs no .pth file)
+    view = path / "machine-packages"
+    view.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if "golden_tasks" not in entry.name.lower().replace("-", "_"):
+            (view / entry.name).symlink_to(entry)
+    (site / "machine-packages.pth").write_text(f"{view}\n")
+    return python
 
 
 def ran(results):

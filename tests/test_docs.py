@@ -76,7 +76,7 @@ def test_doc_runs(doc, tmp_path, built_dist, docs_cache):
     try:
         run = run_doc(doc, project, env)
     except DocFailure as failure:
-        pytest.fail(str(failure), pytrace=False)
+        raise pytest.fail.Exception(str(failure), pytrace=False) from None
     for line, reason in run.skipped:
         print(f"{doc.name}:{line}: skipped: {reason}")
 
