@@ -255,6 +255,9 @@ class CommandLine:
             command = args.pop(0) if args and args[0] in _COMMANDS else "run"
             if command == "run":
                 given, args = parser.parse_only(args, given)
+            else:  # another command's own options (`info --no-status`) are not task names
+                own = CmdParse([CmdOption(o) for o in getattr(_COMMANDS[command], "cmd_options", ())])
+                args = own.parse_only(args)[1]
         except CmdParseError:  # doit itself will say what is wrong with it
             return cls("invalid", {}, ())
         return cls(command, given, tuple(args))
@@ -270,7 +273,7 @@ class CommandLine:
         return any(t in (task, group) or ("*" in t and fnmatch.fnmatchcase(task, t)) for t in self.tasks or [VERIFY])
 
 
-_COMMANDS = {c.get_name() for c in DoitMain.DOIT_CMDS} | {"auto"}  # "auto": the doit-auto plugin's
+_COMMANDS = {c.get_name(): c for c in DoitMain.DOIT_CMDS} | {"auto": None}  # "auto": the doit-auto plugin's
 
 
 @dataclasses.dataclass

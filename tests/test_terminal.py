@@ -189,3 +189,6 @@ def test_the_selection_is_read_as_doit_reads_it():
     assert CommandLine.parse(["run", "verify:*"]).selects("verify:b")
     assert not CommandLine.parse(["compile:a"]).selects("verify:a")
     assert CommandLine.parse(["list", "--all"]).command == "list"
+    # another command's own options are not task names (`info --no-status` is not a task to look for)
+    assert CommandLine.parse(["info", "--no-status", "verify:a"]).tasks == ("verify:a",)
+    assert CommandLine.parse(["list", "--all", "-s"]).tasks == ()
