@@ -91,6 +91,22 @@ def fresh_venv(path: Path) -> Path:
     return python
 
 
+def recipe_differences(cache: Path, stage: str, case: str) -> str:
+    """What differs between the recipes (what enters the key) of `case`'s `stage` entries in `cache`:
+    why a stage that should have been a hit was computed again under another key."""
+    recipes = [e["recipe"] for e in map(json.loads, map(Path.read_text, sorted(cache.glob(f"entries/{stage}/*/*.json"))))
+               if e["case"] == case]
+
+    def flat(value, prefix=""):
+        if isinstance(value, dict):
+            return {k: v for name, item in value.items() for k, v in flat(item, f"{prefix}{name}.").items()}
+        return {prefix.rstrip("."): json.dumps(value)[:200]}
+    flats = [flat(r) for r in recipes]
+    differing = sorted({k for f in flats for k in f if len({g.get(k) for g in flats}) > 1})
+    return f"{len(recipes)} {stage} entries of {case}; differing: " + "; ".join(
+        f"{k}: {' | '.join(str(f.get(k)) for f in flats)}" for k in differing)
+
+
 def ran(results):
     return {name for name, r in results.items() if r in ("success", "fail")}
 

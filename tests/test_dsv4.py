@@ -3,7 +3,7 @@ the flagship cases across ten seeds, and the flash profile's planning."""
 import json
 
 import pytest
-from project import ROOT, Project, stage_results
+from project import ROOT, Project, recipe_differences, stage_results
 
 import golden_tasks
 
@@ -61,7 +61,7 @@ def test_flagship_passes_across_ten_seeds(project, tmp_path, monkeypatch, name):
         result = golden_tasks.run(case.kernel, case.specs, case.golden, name=name, compare=case.compare,
                                   seed=seed, warmup=0, rounds=1, cache_dir=project.cache, runs_dir=tmp_path)
         assert result.passed, f"{name} seed {seed}: {result.error}"
-        assert result.stages["compile"] == "cached"
+        assert result.stages["compile"] == "cached", recipe_differences(project.cache, "compile", name)
 
 
 def test_flash_profile_plans_production_shapes(project):
