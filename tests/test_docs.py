@@ -139,3 +139,10 @@ def test_a_misspelt_directive_an_unfenced_block_and_a_dead_link_are_problems(tmp
     assert [f.split(":")[1] for f in found] == ["6", "8", "12", "1"], found
     assert "indented code block" in found[0] and "fenced as ''" in found[1] and "missing.md" in found[2]
     assert "not a directive" in found[3]
+
+
+def test_ci_runs_the_readmes_test_command():
+    """The README's second command (the tests) is what CI runs; this suite does not run it itself."""
+    readme = (ROOT / "README.md").read_text()
+    command = readme.split("this is the test suite that runs this document", 1)[1].split("```sh\n", 1)[1].split("\n")[0]
+    assert command.startswith("sh tests/setup.sh") and command in (ROOT / ".ci" / "run").read_text()
