@@ -22,6 +22,7 @@ import torch
 from .errors import CompileError
 from .fingerprint import dumps_by_value
 from .forms import Artifact, KernelForm, world_size
+from .hashing import digest_bytes
 from .specs import declared_params, dtype_name, table_of
 
 DEFAULT_BACKEND = "aoti"
@@ -115,16 +116,19 @@ class _Call(torch.nn.Module):
 
 
 def _pt2_name(path: Path) -> Path:
-    """A `.pt2`-suffixed path to the package: the loader insists on the suffix,
-    store objects are named by digest. The link is named by the object's name
-    (its digest) and replaced atomically, so concurrent workers agree."""
+    """A `.pt2`-suffixed path to the package: the loader insists on the suffix, store objects are
+    named by digest. The link is named by the object's full path, not its name alone: processes
+    with other caches holding the same object must not repoint each other's link (a cache deleted
+    meanwhile would leave it dangling). It is replaced atomically, so concurrent workers agree."""
     if path.suffix == ".pt2":
         return path
+    target = path.resolve()
     links = Path(tempfile.gettempdir()) / f"golden-tasks-{os.getuid()}"
     links.mkdir(exist_ok=True)
-    link, tmp = links / f"{path.name}.pt2", links / f".{path.name}.{os.getpid()}"
+    name = f"{path.name}.{digest_bytes(str(target).encode())[:16]}"
+    link, tmp = links / f"{name}.pt2", links / f".{name}.{os.getpid()}"
     tmp.unlink(missing_ok=True)
-    tmp.symlink_to(path.resolve())
+    tmp.symlink_to(target)
     os.replace(tmp, link)
     return link
 

@@ -92,3 +92,18 @@ def test_eager_artifact_carries_the_code_it_was_built_from(tmp_path, monkeypatch
     out = torch.zeros(3)
     built[0].load()(torch.ones(3), out)
     assert out.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_the_pt2_link_of_an_object_is_its_own_in_every_cache(tmp_path):
+    """Two caches holding the same object (same digest) get two links: deleting one cache cannot leave
+    the other process's link dangling."""
+    from golden_tasks.jit import _pt2_name
+
+    objects = [tmp_path / cache / "objects" / "ab" / "abcdef" for cache in ("one", "two")]
+    for path in objects:
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"package")
+    one, two = map(_pt2_name, objects)
+    assert one != two and one.suffix == two.suffix == ".pt2"
+    assert one.resolve() == objects[0].resolve() and two.resolve() == objects[1].resolve()
+    assert _pt2_name(objects[0]) == one  # the same object: the same link, replaced in place
