@@ -1,10 +1,11 @@
 """Docs that run: every fenced block of README.md and docs/**/*.md runs, in document order, in a
 scratch project (tests/markdown_runner.py says how each language runs and which directives it reads).
 
-Each document gets a copy of this checkout (or an empty folder: `docs-test: project empty`) and a
-fresh virtual environment first on PATH: its `pip` installs into it with no index (the wheel this
-checkout builds is the only package on offer), and its `doit` and `pytest` run under its python, so
-a document that installs golden-tasks runs what it installed. The checkout copies share one cache:
+Each document gets a fresh virtual environment first on PATH and a copy of this checkout installed
+in it as the README's first command installs it (or an empty folder: `docs-test: project empty`).
+The environment's `pip` installs into it with no index (the wheel this checkout builds is the only
+package on offer), and its `doit` and `pytest` run under its python, so a document that installs
+golden-tasks runs what it installed. The checkout copies share one cache:
 the README, first, verifies the whole library cold, the other documents reuse it, and cache.md,
 which collects unused entries, runs last.
 """
@@ -58,8 +59,10 @@ def scratch(tmp_path: Path, dist: Path, cache: Path, empty: bool) -> tuple:
     if empty:
         project = tmp_path / "project"
         project.mkdir()
-    else:
+    else:  # a checkout as the README's first command leaves it: installed (editable) in the environment
         project = copy_checkout(tmp_path / "project")
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                        "--no-build-isolation", "-e", str(project)], check=True, capture_output=True, env=env)
         env["GOLDEN_TASKS_CACHE"] = str(cache)  # the checkout copies share one cache, as a team would
     return project, env
 
