@@ -248,15 +248,15 @@ class CommandLine:
     @classmethod
     def parse(cls, argv) -> "CommandLine":
         args = [a for a in argv if a.startswith("-") or "=" not in a]  # NAME=VALUE are doit's variables
-        options = DoitCmdBase.base_options + (opt_dodo, opt_cwd, opt_seek_file) + Run.cmd_options
-        parser = CmdParse([CmdOption(o) for o in options])
+        common = DoitCmdBase.base_options + (opt_dodo, opt_cwd, opt_seek_file)
+        parser = CmdParse([CmdOption(o) for o in common + Run.cmd_options])
         try:
             given, args = parser.parse_only(args)  # doit's options, up to the command or the first task
             command = args.pop(0) if args and args[0] in _COMMANDS else "run"
             if command == "run":
                 given, args = parser.parse_only(args, given)
             else:  # another command's own options (`info --no-status`) are not task names
-                own = CmdParse([CmdOption(o) for o in getattr(_COMMANDS[command], "cmd_options", ())])
+                own = CmdParse([CmdOption(o) for o in common + getattr(_COMMANDS[command], "cmd_options", ())])
                 args = own.parse_only(args)[1]
         except CmdParseError:  # doit itself will say what is wrong with it
             return cls("invalid", {}, ())

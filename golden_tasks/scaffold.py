@@ -73,7 +73,8 @@ def scaffold(root: Path, kernels: str = None) -> Scaffold:
     existing = [path for path in files if path.exists()]
     if existing:
         raise InitRefused("init writes nothing over existing files: " + ", ".join(map(str, existing)))
-    return Scaffold(files, table, tuple(f for f in project.kernels if f != folder and not f.is_dir()))
+    named = project.kernels if project.named else ()  # without a table, the default folder is not one to make
+    return Scaffold(files, table, tuple(f for f in named if f != folder and not f.is_dir()))
 
 
 def init(root: Path, kernels: str = None) -> list:

@@ -96,9 +96,30 @@ class Run:
     def fail(self, line: int, what: str) -> None:
         raise DocFailure(f"{self.where(line)}: {what}")
 
-    def shell(self, line: int, script: str, allowed=(0,), timeout=TIMEOUT) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=self.project, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
+    def process(self, line: int, argv: list, what: str, timeout: float = TIMEOUT, interrupt: bool = False):
+        """Run `argv` in the project, in a session of its own so that a timeout ends everything it started
+        (doit's workers too). A timeout fails the document, or, with `interrupt`, is what was asked for:
+        the process is then interrupted as Ctrl-C would. Returns the CompletedProcess, or None if it was
+        interrupted."""
+        proc = subprocess.Popen(argv, cwd=self.project, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for sig in (signal.SIGINT,) * interrupt + (signal.SIGKILL,):
+                os.killpg(proc.pid, sig)
+                try:
+                    proc.communicate(timeout=60)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            if interrupt:
+                return None
+            self.fail(line, f"{what} still ran after {timeout:g} s")
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def shell(self, line: int, script: str, allowed=(0,)) -> subprocess.CompletedProcess:
+        proc = self.process(line, ["bash", "-e", "-o", "pipefail", "-c", script], f"`{script.strip()}`")
         if proc.returncode not in allowed:
             self.fail(line, f"`{script.strip()}` exited {proc.returncode}\n{_tail(proc)}")
         return proc
@@ -115,8 +136,6 @@ def _source_line(example: Example) -> int:
 def _directive(example: Example) -> None:
     run: Run = example.namespace["run"]
     words = example.parsed.split()
-    if run.pending is not None:
-        run.fail(run.pending.line, "two directives before one block")
     if words[:2] == ["project", "empty"]:
         return  # read when the project is made (project_is_empty)
     run.pending = Directive(words[0], words[1:], example.line)
@@ -140,13 +159,13 @@ def _invisible_python(example: Example) -> None:
     _python(run, Block("python", str(example.parsed), _source_line(example), None))
 
 
-def _commands(block: Block) -> list:
-    """(line, command) of a console block's `$ ` lines (continued by a trailing backslash)."""
+def _commands(block: Block, prompt: str) -> list:
+    """(line, command) of each line that starts with `prompt` (continued by a trailing backslash)."""
     commands, lines = [], block.source.splitlines()
     i = 0
     while i < len(lines):
-        if lines[i].startswith("$ "):
-            start, command = i, lines[i][2:]
+        if lines[i].startswith(prompt) and lines[i].strip() and not lines[i].lstrip().startswith("#"):
+            start, command = i, lines[i][len(prompt):]
             while command.endswith("\\") and i + 1 < len(lines):
                 i += 1
                 command = command[:-1] + " " + lines[i].strip()
@@ -175,47 +194,32 @@ def _run_commands(run: Run, block: Block, commands: list) -> None:
 
 
 def _collect(run: Run, line: int, command: str) -> None:
-    words = shlex.split(command)
-    start = next((i for i, w in enumerate(words) if w == "pytest" or w.endswith("/pytest")), None)
-    if start is None:
-        run.fail(line, f"`docs-test: collect` reads pytest commands, not `{command}`")
+    words = shlex.split(command, comments=True)
+    if not any(w == "pytest" or w.endswith("/pytest") for w in words) or {"&&", "||", "|", ";"} & set(words):
+        run.fail(line, f"`docs-test: collect` reads one pytest command per line, not `{command}`")
     proc = run.shell(line, shlex.join([*words, "--collect-only", "-q", "-p", "no:cacheprovider"]), allowed=(0, 5))
     if proc.returncode == 5 or re.search(r"^no tests (collected|ran)", proc.stdout, re.M):
         run.fail(line, f"`{command}` selects no test\n{_tail(proc)}")
 
 
 def _smoke(run: Run, line: int, command: str, seconds: float) -> None:
-    proc = subprocess.Popen(["bash", "-c", command], cwd=run.project, env=run.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C would: the whole process group
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-        return
-    if proc.returncode != 0:
-        run.fail(line, f"`{command}` exited {proc.returncode} within {seconds:g} s\n"
-                       f"--- stdout ---\n{out[-6000:]}\n--- stderr ---\n{err[-6000:]}")
+    proc = run.process(line, ["bash", "-c", command], f"`{command}`", timeout=seconds, interrupt=True)
+    if proc is not None and proc.returncode != 0:
+        run.fail(line, f"`{command}` exited {proc.returncode} within {seconds:g} s\n{_tail(proc)}")
 
 
 def _sh(run: Run, block: Block) -> None:
     if block.directive and block.directive.verb == "file":
         _write(run, block)
         return
-    if block.directive:
-        lines = [(block.line + i, text) for i, text in enumerate(block.source.splitlines())
-                 if text.strip() and not text.lstrip().startswith("#")]
-        _run_commands(run, block, lines)
+    if block.directive:  # one command per line: the directive reads each on its own
+        _run_commands(run, block, _commands(block, ""))
     else:
         run.shell(block.line, block.source)
 
 
 def _console(run: Run, block: Block) -> None:
-    commands = _commands(block)
+    commands = _commands(block, "$ ")
     if not commands:
         run.fail(block.line, "a console block without `$ ` commands (output alone is a text block)")
     _run_commands(run, block, commands)
@@ -266,7 +270,7 @@ def _python(run: Run, block: Block) -> None:
 
 
 def _checked(run: Run, block: Block, argv: list) -> None:
-    proc = subprocess.run(argv, cwd=run.project, env=run.env, capture_output=True, text=True, timeout=TIMEOUT)
+    proc = run.process(block.line, argv, "the python block")
     if proc.returncode != 0:
         run.fail(block.line, f"the python block failed ({shlex.join(argv)})\n{_tail(proc)}")
 
@@ -279,7 +283,7 @@ def _yaml(run: Run, block: Block) -> None:
     for step in steps:
         path = (step.get("with") or {}).get("path")
         if path and not (run.project / path).exists():
-            run.fail(block.line, f"step `{step['uses']}` names {path}, which the run steps did not make")
+            run.fail(block.line, f"step `{step.get('uses', step)}` names {path}, which the run steps did not make")
 
 
 def _cxx(run: Run, block: Block) -> None:
@@ -287,8 +291,10 @@ def _cxx(run: Run, block: Block) -> None:
     if verb == "excerpt":
         _excerpt(run, block)
         return
-    path = _write(run, block) if verb == "file" else run.project / f".docs-test-{block.line}.cpp"
-    if verb != "file":
+    if verb == "file":
+        path = _write(run, block)
+    else:
+        path = run.project / f".docs-test-{block.line}.cpp"
         path.write_text(block.source)
     include = shlex.quote(str(run.project / "kernels" / "cpp"))
     run.shell(block.line, f'"${{CXX:-c++}}" -std=c++17 -fsyntax-only -I {include} '
@@ -313,20 +319,23 @@ LANGUAGES = {"sh": _sh, "console": _console, "python": _python, "yaml": _yaml, "
              "text": lambda run, block: None}
 
 
-def _parser(lexer, evaluator):
+def _parser(lexer, evaluator, lexeme: str):
     def parse(document: Document):
         for region in lexer(document):
-            region.parsed = region.lexemes.get("source") or region.lexemes.get("arguments")
+            region.parsed = region.lexemes[lexeme]
             region.evaluator = evaluator
             yield region
     return parse
 
 
+SKIP = SkipParser()
 PARSERS = [
-    _parser(FencedCodeBlockLexer(language=r"[^\n]*", mapping={"language": "arguments", "source": "source"}), _block),
-    _parser(DirectiveInHTMLCommentLexer(directive="docs-test", arguments=r"\S.*?"), _directive),
-    _parser(DirectiveInHTMLCommentLexer(directive="invisible-code-block", arguments="python"), _invisible_python),
-    SkipParser(),
+    _parser(FencedCodeBlockLexer(language=r"[^\n]*", mapping={"language": "arguments", "source": "source"}), _block,
+            "source"),
+    _parser(DirectiveInHTMLCommentLexer(directive="docs-test", arguments=r"\S.*?"), _directive, "arguments"),
+    _parser(DirectiveInHTMLCommentLexer(directive="invisible-code-block", arguments="python"), _invisible_python,
+            "source"),
+    SKIP,
 ]
 
 
@@ -334,8 +343,11 @@ def parse(path: Path) -> Document:
     return Document.parse(str(path), *PARSERS)
 
 
+PROJECT_EMPTY = re.compile(r"^<!--\s*docs-test:\s*project\s+empty\s*-->", re.M)
+
+
 def project_is_empty(path: Path) -> bool:
-    return "<!-- docs-test: project empty -->" in path.read_text()
+    return bool(PROJECT_EMPTY.search(path.read_text()))
 
 
 def problems(path: Path, root: Path) -> list:
@@ -357,7 +369,10 @@ def problems(path: Path, root: Path) -> list:
                     found.append(f"{path.name}:{line}: the link {href} names no file of the repository")
     for match in COMMENT.finditer(text):
         comment = match.group(1)
-        if not KNOWN_COMMENT.fullmatch(comment) or (comment.strip().startswith("docs-test:") and (
+        if text[text.rfind("\n", 0, match.start()) + 1:match.start()].strip():
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(f"{path.name}:{line}: a comment inside a line is never read: a directive starts its line")
+        elif not KNOWN_COMMENT.fullmatch(comment) or (comment.strip().startswith("docs-test:") and (
                 comment.split()[1] not in {v for verbs in VERBS.values() for v in verbs} | {"project"})):
             line = text.count("\n", 0, match.start()) + 1
             found.append(f"{path.name}:{line}: {textwrap.shorten(match.group(0), 60)} is not a directive "
@@ -369,12 +384,16 @@ def run_doc(path: Path, project: Path, env: dict) -> Run:
     """Run every block of `path` in `project`; return the run (its skips), or raise DocFailure."""
     document = parse(path)
     run = Run(path, project, env)
+    regions = [region for _, region in document.regions]
+    for here, after in zip(regions, [*regions[1:], None]):
+        if (here.evaluator is SKIP.skipper or (here.evaluator is _directive and not here.parsed.startswith("project"))) \
+                and (after is None or after.evaluator is not _block):
+            run.fail(document.text.count("\n", 0, here.start) + 1,
+                     "a directive (or skip) must sit right before the fenced block it applies to")
     document.namespace["run"] = run
     for example in document:
         try:
             example.evaluate()
         except SkipTest as skip:
             run.skipped.append((example.line, str(skip)))
-    if run.pending is not None:
-        run.fail(run.pending.line, "a directive with no block after it")
     return run

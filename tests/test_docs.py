@@ -48,14 +48,16 @@ def scratch(tmp_path: Path, dist: Path, cache: Path, empty: bool) -> tuple:
     shims = {"pip": f'exec "{sys.executable}" -m pip --python "{python}" "$@"',
              "doit": f'exec "{python}" -m doit "$@"',
              "pytest": f'exec "{python}" -m pytest "$@"',
-             "golden-tasks": f'exec "{python}" -m golden_tasks.cli "$@"'}
+             "golden-tasks": f'exec "{python}" -m golden_tasks.cli "$@"',
+             "torchrun": f'exec "{python}" -m torch.distributed.run "$@"'}
     for name, line in shims.items():
         shim = venv / "bin" / name
         shim.write_text(f"#!/bin/sh\n{line}\n")
         shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOLDEN_TASKS_", "PIP_", "PYTHONPATH"))}
     env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", VIRTUAL_ENV=str(venv), GOLDEN_TASKS_HTML="0",
-               PIP_NO_INDEX="1", PIP_FIND_LINKS=str(dist), PIP_NO_BUILD_ISOLATION="0", PIP_DISABLE_PIP_VERSION_CHECK="1")
+               PIP_NO_INDEX="1", PIP_FIND_LINKS=str(dist), PIP_DISABLE_PIP_VERSION_CHECK="1",
+               PIP_NO_BUILD_ISOLATION="0")  # pip's inverted switch: "0" turns build isolation off (no index)
     if empty:
         project = tmp_path / "project"
         project.mkdir()
@@ -134,14 +136,20 @@ def test_a_directive_on_the_wrong_language_fails(tmp_path):
     assert message.startswith("broken.md:1:") and "does not apply to a python block" in message
 
 
+def test_a_directive_must_sit_right_before_its_block(tmp_path):
+    message = _broken(tmp_path, '<!-- docs-test: exit 1 -->\n<!-- skip: next "why" -->\n```sh\nfalse\n```\n')
+    assert message.startswith("broken.md:1:") and "right before the fenced block" in message
+
+
 def test_a_misspelt_directive_an_unfenced_block_and_a_dead_link_are_problems(tmp_path):
     doc = tmp_path / "d.md"
     doc.write_text("<!-- docs-tset: collect -->\n```sh\ntrue\n```\n\n    indented\n\n```\nbare\n```\n\n"
-                   "[gone](missing.md) and [ok](d.md) and [web](https://example.org)\n")
+                   "[gone](missing.md) and [ok](d.md) and [web](https://example.org)\n"
+                   "text <!-- docs-test: collect -->\n")
     found = problems(doc, tmp_path)
-    assert [f.split(":")[1] for f in found] == ["6", "8", "12", "1"], found
+    assert [f.split(":")[1] for f in found] == ["6", "8", "12", "1", "13"], found
     assert "indented code block" in found[0] and "fenced as ''" in found[1] and "missing.md" in found[2]
-    assert "not a directive" in found[3]
+    assert "not a directive" in found[3] and "inside a line is never read" in found[4]
 
 
 def test_ci_runs_the_readmes_test_command():

@@ -130,4 +130,10 @@ def test_init_after_the_table_makes_the_folders_it_names(tmp_path):
     assert made.returncode == 0, made.stderr
     assert (root / "src/mykernels/example.py").is_file() and (root / "src/more").is_dir()
     assert "[tool.golden-tasks]" not in (root / "pyproject.toml").read_text().split("[tool.golden-tasks]", 1)[1]
-    assert layout.__wrapped__(root).kernels == (root / "src/mykernels", root / "src/more")
+    assert layout.__wrapped__(root).kernels == (root / "src/mykernels", root / "src/more")  # the table is unchanged
+
+
+def test_init_without_a_table_makes_no_default_folder(tmp_path):
+    root = tmp_path / "mine"
+    root.mkdir()
+    assert scaffold(root, "src/k").folders == ()  # init names src/k in a new table: no kernels/ beside it

@@ -191,4 +191,5 @@ def test_the_selection_is_read_as_doit_reads_it():
     assert CommandLine.parse(["list", "--all"]).command == "list"
     # another command's own options are not task names (`info --no-status` is not a task to look for)
     assert CommandLine.parse(["info", "--no-status", "verify:a"]).tasks == ("verify:a",)
+    assert CommandLine.parse(["info", "-f", "dodo.py", "verify:a"]).tasks == ("verify:a",)
     assert CommandLine.parse(["list", "--all", "-s"]).tasks == ()
