@@ -36,22 +36,27 @@ def _cpu_flags() -> str:
     return "unknown"
 
 
-def _gpus() -> str:
+def _gpus(visible: str) -> str:
     """NVIDIA devices present (and the visibility mask): a CUDA kernel skipped on a machine
     without one must run, not hit that cache entry, on a machine with one."""
-    return f"{len(glob.glob('/dev/nvidia[0-9]*'))} visible={os.environ.get('CUDA_VISIBLE_DEVICES', 'all')}"
+    return f"{len(glob.glob('/dev/nvidia[0-9]*'))} visible={visible}"
+
+
+def toolchain() -> dict:
+    """The toolchain components that enter every stage key. Read from the environment on every call
+    (a process that changes $CXX must not key with the compiler it had before), cached per value."""
+    return _toolchain(os.environ.get("CXX", "c++"), os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
 
 
 @functools.cache
-def toolchain() -> dict:
-    """The toolchain components that enter every stage key."""
+def _toolchain(cxx: str, visible: str) -> dict:
     return {
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         "torch": importlib.metadata.version("torch"),
-        "cxx": _version(os.environ.get("CXX", "c++"), 0),  # the compiler AOTInductor and @cpp use
+        "cxx": _version(cxx, 0),  # the compiler AOTInductor and @cpp use
         "nvcc": _version("nvcc", -1),
         "isa": f"{platform.machine()}:{_cpu_flags()}",
-        "gpus": _gpus(),
+        "gpus": _gpus(visible),
     }
 
 

@@ -58,6 +58,16 @@ def test_toolchain_names_every_component():
     assert tc["gpus"].split()[0].isdigit()
 
 
+def test_the_toolchain_follows_the_compiler_the_environment_names_now(monkeypatch):
+    """A process that changed $CXX keys with the new compiler, and with the old one once it is back."""
+    monkeypatch.setenv("CXX", "c++")
+    before = toolchain()["cxx"]
+    monkeypatch.setenv("CXX", "no-such-compiler-gt")
+    assert toolchain()["cxx"] == "no-such-compiler-gt: unavailable"
+    monkeypatch.setenv("CXX", "c++")
+    assert toolchain()["cxx"] == before
+
+
 def test_summary_table_layout():
     stages = {"abi": "cached", "compile": "ran", "inputs": "cached", "golden": "cached", "dispatch": "ran",
               "validate": "FAILED", "inputs2": "cached", "golden2": "cached", "bench": "-", "golden_bench": "ran"}
