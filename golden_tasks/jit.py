@@ -12,7 +12,7 @@ intermediates of a fused expression in float32, and a kernel that accumulates
 in half precision would pass compiled and fail under `eager`
 (`options={"emulate_precision_casts": False}` compiles what is fastest instead).
 """
-import os
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -22,7 +22,6 @@ import torch
 from .errors import CompileError
 from .fingerprint import dumps_by_value
 from .forms import Artifact, KernelForm, world_size
-from .hashing import digest_bytes
 from .specs import declared_params, dtype_name, table_of
 
 DEFAULT_BACKEND = "aoti"
@@ -115,22 +114,19 @@ class _Call(torch.nn.Module):
         return ()
 
 
-def _pt2_name(path: Path) -> Path:
-    """A `.pt2`-suffixed path to the package: the loader insists on the suffix, store objects are
-    named by digest. The link is named by the object's full path, not its name alone: processes
-    with other caches holding the same object must not repoint each other's link (a cache deleted
-    meanwhile would leave it dangling). It is replaced atomically, so concurrent workers agree."""
+@contextlib.contextmanager
+def _as_pt2(path: Path):
+    """`path` under a `.pt2` name while the block runs: the loader insists on the suffix, store objects are
+    named by digest. The link sits in a directory of its own, removed afterwards, so concurrent loads never
+    share a link and none is left behind: the loader has unpacked the package when it returns (torch's
+    loader of a file object deletes its temporary copy at that point too)."""
     if path.suffix == ".pt2":
-        return path
-    target = path.resolve()
-    links = Path(tempfile.gettempdir()) / f"golden-tasks-{os.getuid()}"
-    links.mkdir(exist_ok=True)
-    name = f"{path.name}.{digest_bytes(str(target).encode())[:16]}"
-    link, tmp = links / f"{name}.pt2", links / f".{name}.{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(target)
-    os.replace(tmp, link)
-    return link
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="golden-tasks-pt2-") as links:
+        link = Path(links) / "kernel.pt2"
+        link.symlink_to(path.resolve())
+        yield link
 
 
 class AotiArtifact(Artifact):
@@ -151,7 +147,8 @@ class AotiArtifact(Artifact):
         return cls(table, {"kernel.pt2": path})
 
     def load(self):
-        runner = torch._inductor.aoti_load_package(str(_pt2_name(self.files["kernel.pt2"])))
+        with _as_pt2(self.files["kernel.pt2"]) as package:
+            runner = torch._inductor.aoti_load_package(str(package))
         tensor_slots = [i for i, row in enumerate(self.table) if row["kind"] == "tensor"]
 
         def call(*args):

@@ -1,5 +1,6 @@
 import importlib
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -94,16 +95,18 @@ def test_eager_artifact_carries_the_code_it_was_built_from(tmp_path, monkeypatch
     assert out.tolist() == [2.0, 2.0, 2.0]
 
 
-def test_the_pt2_link_of_an_object_is_its_own_in_every_cache(tmp_path):
-    """Two caches holding the same object (same digest) get two links: deleting one cache cannot leave
-    the other process's link dangling."""
-    from golden_tasks.jit import _pt2_name
-
-    objects = [tmp_path / cache / "objects" / "ab" / "abcdef" for cache in ("one", "two")]
-    for path in objects:
-        path.parent.mkdir(parents=True)
-        path.write_bytes(b"package")
-    one, two = map(_pt2_name, objects)
-    assert one != two and one.suffix == two.suffix == ".pt2"
-    assert one.resolve() == objects[0].resolve() and two.resolve() == objects[1].resolve()
-    assert _pt2_name(objects[0]) == one  # the same object: the same link, replaced in place
+def test_a_package_stored_by_digest_loads_and_leaves_no_link_behind(tmp_path, monkeypatch):
+    """Store objects have no `.pt2` suffix; the loader needs one. The link exists only while loading."""
+    artifact = axpy.compile(stamped(axpy, SPECS), {"backend": "aoti"}, tmp_path)
+    stored = tmp_path / "objects" / "ab" / "abcdef"
+    stored.parent.mkdir(parents=True)
+    artifact.files["kernel.pt2"].rename(stored)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    call = Artifact.restore("aoti", artifact.table, {"kernel.pt2": stored}, "golden_tasks.jit").load()
+    assert list(scratch.iterdir()) == []
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    expected = y + 0.5 * x
+    call(x, y, 0.5)
+    torch.testing.assert_close(y, expected)
