@@ -22,6 +22,7 @@ import torch
 from .errors import CompileError
 from .fingerprint import dumps_by_value
 from .forms import Artifact, KernelForm, world_size
+from .plan import BACKENDS
 from .specs import declared_params, dtype_name, table_of
 
 DEFAULT_BACKEND = "aoti"
@@ -49,9 +50,8 @@ class JitKernel(KernelForm):
     def compile(self, specs, options, workdir):
         ranks = options.get("ranks", self.ranks)
         backend = options.get("backend") or self.backend or (DEFAULT_BACKEND if ranks == 1 else "eager")
-        if backend not in Artifact.registry or not hasattr(Artifact.registry[backend], "build"):
-            raise CompileError(f"kernel {self.name}: unknown backend {backend!r} "
-                               f"(known: {', '.join(sorted(Artifact.registry))})")
+        if backend not in BACKENDS:
+            raise CompileError(f"kernel {self.name}: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
         if ranks == 1:  # a multi-rank body's collectives need its group: dispatch checks In tensors
             _check_writes(self.fn, self.name, specs)
         merged = {**self.options, **{k: v for k, v in options.items() if k not in ("backend", "ranks")}}

@@ -17,6 +17,8 @@ import functools
 import sys
 from pathlib import Path
 
+from .plan import BACKENDS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover -- the tomli backport, a dependency below 3.11
@@ -123,6 +125,8 @@ def declared(root: Path) -> Layout:
         twice = next(n for n in names if names.count(n) > 1)
         raise LayoutError(f"{where}: two kernel folders are named {twice!r}: their modules would share import names")
     cache, runs = (_text(table, key, where) for key in ("cache", "runs"))
+    if (backend := _text(table, "backend", where)) not in (None, *BACKENDS):
+        raise LayoutError(f"{where}: backend {backend!r} is not a backend ({', '.join(BACKENDS)})")
     return Layout(root, kernels, cache and (root / cache).resolve(), runs and (root / runs).resolve(),
-                  _text(table, "profile", where), _text(table, "backend", where), configured=document_has,
+                  _text(table, "profile", where), backend, configured=document_has,
                   named=tuple(folders) if "kernels" in table else ())

@@ -50,8 +50,17 @@ def _field(source: str, keys: tuple = (), replay: str = None, variable: Variable
     return dataclasses.field(default=default, metadata=meta)
 
 
+# The @jit backends a run or a project may choose (jit's buildable artifacts; test_jit checks they agree).
+# Named here so the doit parent checks `backend=` and the table's backend without importing torch.
+BACKENDS = ("aoti", "eager")
+
+
 def _backend(values: dict, old):
-    return values["backend"] or old  # backend= (empty): the case's own
+    text = values["backend"]
+    if text and text not in BACKENDS:
+        raise ValueError(f"doit variable backend={text!r} is not a backend ({', '.join(BACKENDS)}; "
+                         "empty: each case's own)")
+    return text or old  # backend= (empty): the case's own
 
 
 def _options(values: dict, old: dict) -> dict:

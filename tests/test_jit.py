@@ -1,4 +1,5 @@
 import importlib
+import re
 import sys
 import tempfile
 
@@ -7,6 +8,7 @@ import torch
 
 from golden_tasks import CompileError, In, InOut, Out, Scalar, ScalarSpec, TensorSpec, jit
 from golden_tasks.forms import Artifact
+from golden_tasks.plan import BACKENDS
 
 
 @jit
@@ -54,8 +56,14 @@ def test_never_writing_an_out_parameter_is_a_compile_error(tmp_path):
 
 
 def test_unknown_backend(tmp_path):
-    with pytest.raises(CompileError, match="unknown backend 'tvm'"):
-        axpy.compile(stamped(axpy, SPECS), {"backend": "tvm"}, tmp_path)
+    with pytest.raises(CompileError, match=re.escape("unknown backend 'tvm' (known: aoti, eager)")):
+        jit(axpy.fn, backend="tvm").compile(stamped(axpy, SPECS), {}, tmp_path)
+
+
+def test_the_backends_a_run_may_name_are_the_artifacts_jit_builds():
+    """plan.BACKENDS lets the doit parent check backend= without torch; it must name what jit builds."""
+    importlib.import_module("golden_tasks.cpp")  # its artifact registers too, and is not a jit backend
+    assert {name for name, cls in Artifact.registry.items() if hasattr(cls, "build")} == set(BACKENDS)
 
 
 @pytest.mark.parametrize("backend", ["eager", "aoti"])

@@ -50,6 +50,7 @@ def test_a_table_names_folders_cache_runs_profile_and_backend(tmp_path):
     ('kernels = ["nowhere"]\n', "kernels folder 'nowhere' does not exist"),
     ('kernels = ["a/k", "b/k"]\n', "two kernel folders are named 'k'"),
     ("cache = 3\n", "cache must be a non-empty string, not 3"),
+    ('backend = "eagr"\n', "backend 'eagr' is not a backend (aoti, eager)"),
     ("kernels = [\n", "cannot be read"),
 ])
 def test_a_malformed_table_names_the_file_and_the_key(tmp_path, table, message):

@@ -44,7 +44,8 @@ def test_variables_override_their_fields_and_bad_values_name_the_variable(tmp_pa
     for name, value, message in (("rounds", "0", "is not an integer >= 1"), ("warmup", "-1", ">= 0"),
                                  ("timeout", "soon", "seconds > 0"), ("options", "[1]", "not a JSON object"),
                                  ("rse", "abc", "not a number > 0"), ("budget", "0", "not a number of seconds > 0"),
-                                 ("flush", "yes", "not 0 or 1"), ("fresh", "2", "not 0 or 1")):
+                                 ("flush", "yes", "not 0 or 1"), ("fresh", "2", "not 0 or 1"),
+                                 ("backend", "eagr", "is not a backend")):
         with pytest.raises(ValueError, match="^" + re.escape(f"doit variable {name}={value!r}")):
             base.overridden({name: value})
         with pytest.raises(ValueError, match=message):  # checked even when no case exists
