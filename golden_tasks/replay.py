@@ -73,12 +73,17 @@ def _check_files(path: Path, manifest: dict) -> None:
         raise ReplayError(f"{path} is damaged:\n  " + "\n  ".join(problems))
 
 
-def _has_kernels(project: Path) -> bool:
-    """Whether `project` has kernel folders to check a replay's source against (a bad layout: no)."""
+def _unchecked(manifest: dict, project: Path) -> str | None:
+    """Why the case's current source cannot be looked up in `project`; None when it can."""
+    if not manifest["module"]:
+        return "the case was not defined in a kernel module (golden_tasks.run): it has no source to compare"
     try:
-        return any(folder.is_dir() for folder in layout(project).kernels)
-    except LayoutError:
-        return False
+        kernels = layout(project).kernels
+    except LayoutError as exc:
+        return str(exc)
+    if not any(folder.is_dir() for folder in kernels):
+        return f"{project} has no kernel folder (give the checkout that holds the case's source with --project)"
+    return None
 
 
 def staleness(path: Path, manifest: dict, project: Path) -> list:
@@ -132,8 +137,8 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
             raise ReplayError(f"refusing to run the artifact in {path}, built for another toolchain:\n  "
                               + "\n  ".join(mismatches))
         source = Path(project or Path.cwd()).resolve()
-        if manifest["module"] and _has_kernels(source):
-            stale = staleness(path, manifest, source)
+        reason = _unchecked(manifest, source)  # reported, never silently skipped
+        stale = [f"cannot check the source for staleness: {reason}"] if reason else staleness(path, manifest, source)
         _check_files(path, manifest)
         plan = saved_plan(manifest, {k: v for k, v in (("warmup", warmup), ("rounds", rounds)) if v is not None})
         policy = path / POLICY_FILE  # absent for a case that had no golden

@@ -80,6 +80,16 @@ def test_replay_anywhere_with_the_cache_deleted_and_the_kernel_gone(project, tmp
     assert any("cannot be found in the current source" in s for s in result["stale"])
 
 
+def test_a_replay_whose_source_cannot_be_checked_says_so(project, tmp_path):
+    """Staleness is reported, never skipped in silence: a --project with no kernel folder is named."""
+    nowhere = tmp_path / "no-checkout"
+    nowhere.mkdir()
+    result = replay(project, project.path / "runs" / "rms_norm", nowhere)
+    assert result["passed"], result["error"]
+    assert result["stale"] == [f"cannot check the source for staleness: {nowhere} has no kernel folder (give the "
+                               "checkout that holds the case's source with --project)"]
+
+
 def test_replay_reports_a_golden_edit_as_stale(project):
     project.edit("rms_norm", 't["out"].copy_(x / rms', 't["out"].copy_(1.0 * x / rms')
     result = replay(project, project.path / "runs" / "rms_norm")
