@@ -30,6 +30,7 @@ from .errors import CompileError, StageFailed
 from .forms import Artifact, KernelForm, world_size
 from .hashing import digest_file
 from .specs import ScalarSpec, declared_params, dtype_name, dtype_of, table_of
+from .toolchain import compiler
 
 CXX_FLAGS = ("-O3", "-march=native", "-fopenmp")
 CUDA_FLAGS = ("-O3",)
@@ -120,7 +121,7 @@ class CppKernel(KernelForm):
         self.symbol = symbol or self.name
         self.cuda = self.source.suffix == ".cu" if cuda is None else bool(cuda)
         self.flags = tuple(flags) if flags is not None else CUDA_FLAGS if self.cuda else CXX_FLAGS
-        self.compiler = ("nvcc",) if self.cuda else tuple(shlex.split(os.environ.get("CXX", "c++")))
+        self.compiler = ("nvcc",) if self.cuda else compiler()
         self._params = declared_params(fn, typed=True)
 
     def __repr__(self):

@@ -9,20 +9,33 @@ import glob
 import importlib.metadata
 import os
 import platform
+import shlex
 import subprocess
 import sys
 
 from .hashing import digest_bytes
 
 
-def _version(compiler: str, line: int) -> str:
-    """One line of `compiler --version` (g++ names its release first, nvcc last)."""
+def compiler() -> tuple:
+    """The C++ compiler command @cpp runs and AOTInductor uses: $CXX (a command line, such as
+    `ccache g++`), else c++. Read on every call: a process may change its environment."""
+    return tuple(shlex.split(os.environ.get("CXX", "c++")))
+
+
+def visible_gpus() -> str:
+    """The CUDA visibility mask: $CUDA_VISIBLE_DEVICES, else all. Read on every call."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "all")
+
+
+def _version(command: tuple, line: int) -> str:
+    """One line of `command --version` (g++ names its release first, nvcc last)."""
+    name = " ".join(command)
     try:
-        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return f"{compiler}: unavailable"
+        return f"{name}: unavailable"
     lines = out.stdout.strip().splitlines()
-    return lines[line] if lines else f"{compiler}: unavailable"
+    return lines[line] if lines else f"{name}: unavailable"
 
 
 def _cpu_flags() -> str:
@@ -45,16 +58,16 @@ def _gpus(visible: str) -> str:
 def toolchain() -> dict:
     """The toolchain components that enter every stage key. Read from the environment on every call
     (a process that changes $CXX must not key with the compiler it had before), cached per value."""
-    return _toolchain(os.environ.get("CXX", "c++"), os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+    return _toolchain(compiler(), visible_gpus())
 
 
 @functools.cache
-def _toolchain(cxx: str, visible: str) -> dict:
+def _toolchain(cxx: tuple, visible: str) -> dict:
     return {
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         "torch": importlib.metadata.version("torch"),
         "cxx": _version(cxx, 0),  # the compiler AOTInductor and @cpp use
-        "nvcc": _version("nvcc", -1),
+        "nvcc": _version(("nvcc",), -1),
         "isa": f"{platform.machine()}:{_cpu_flags()}",
         "gpus": _gpus(visible),
     }
@@ -83,9 +96,13 @@ def _gpu_models() -> list:
     return models
 
 
-@functools.cache
 def machine() -> dict:
     """The machine a timing was measured on, which enters the keys of the timing stages only: a
-    measurement from another machine is never reused (the verdicts are)."""
-    return {"host": platform.node(), "cpu": _cpu_model(), "cores": os.cpu_count(), "gpus": _gpu_models(),
-            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "all")}
+    measurement from another machine is never reused (the verdicts are). The visibility mask is
+    read on every call, as toolchain() reads it."""
+    return {**_hardware(), "visible": visible_gpus()}
+
+
+@functools.cache
+def _hardware() -> dict:
+    return {"host": platform.node(), "cpu": _cpu_model(), "cores": os.cpu_count(), "gpus": _gpu_models()}

@@ -6,7 +6,7 @@ import pytest
 from golden_tasks import config, report
 from golden_tasks.doit_tasks import CommandLine
 from golden_tasks.library import apply_context
-from golden_tasks.toolchain import toolchain
+from golden_tasks.toolchain import machine, toolchain
 
 
 @pytest.mark.parametrize("argv,workers", [
@@ -66,6 +66,15 @@ def test_the_toolchain_follows_the_compiler_the_environment_names_now(monkeypatc
     assert toolchain()["cxx"] == "no-such-compiler-gt: unavailable"
     monkeypatch.setenv("CXX", "c++")
     assert toolchain()["cxx"] == before
+    monkeypatch.setenv("CXX", "env c++")  # a command line, as @cpp runs it (ccache g++, say)
+    assert toolchain()["cxx"] == before
+
+
+def test_the_timing_machine_follows_the_visibility_mask_the_environment_names_now(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert machine()["visible"] == "0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert machine()["visible"] == "1" and toolchain()["gpus"].endswith("visible=1")
 
 
 def test_summary_table_layout():
