@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import traceback
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from .graph import pipeline_version
 from .hashing import digest_bytes
 from .layout import layout
 from .observe import Observer, changed
+from .origin import library_dirs
 from .plan import FailedPlan, from_json
 from .store import Store
 from .toolchain import toolchain
@@ -30,10 +30,10 @@ from .toolchain import toolchain
 @functools.cache
 def _environment() -> dict:
     """What every plan depends on besides its record: golden_tasks, the toolchain, and the
-    installed packages (installing, upgrading or removing one changes its directory's mtime)."""
-    site = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+    installed packages, wherever this interpreter finds them (installing, upgrading or removing
+    one changes its directory's mtime)."""
     return {"pipeline": pipeline_version(), "toolchain": toolchain(),
-            "packages": [os.stat(p).st_mtime_ns if os.path.isdir(p) else None for p in site]}
+            "packages": {p: os.stat(p).st_mtime_ns if os.path.isdir(p) else None for p in sorted(library_dirs())}}
 
 
 def _manifest_path(root: Path, module: str) -> str:
@@ -99,7 +99,7 @@ def plan_modules(root: Path, modules: list) -> dict:
     import importlib  # noqa: PLC0415
 
     from .case import module_cases, plan_of  # noqa: PLC0415
-    from .fingerprint import is_user_module  # noqa: PLC0415
+    from .origin import is_user_module  # noqa: PLC0415
 
     project = layout(root)
     project.importable()

@@ -8,18 +8,19 @@ module-level constants, tensors. Everything reachable through Python's object
 model counts: a user class by every attribute that can affect behaviour (special
 methods, properties, class attributes, `__slots__`), its bases and metaclass; an
 instance by its class, `__dict__`, slots and builtin-base content; an enum member
-by its class and value. Library code (stdlib, site-packages, golden_tasks
-itself) is identified by name and the version of the distribution providing it;
-the interpreter's, torch's and golden_tasks' versions enter the keys through the
-toolchain and the pipeline's code version.
+by its class and value. Library code (golden_tasks.origin decides which code is
+the user's) is identified by name and the version of the distribution providing
+it; the interpreter's, torch's and golden_tasks' versions enter the keys through
+the toolchain and the pipeline's code version.
 
 An object whose class defines `__fingerprint__(self, fingerprinter)` supplies its
 own JSON-able token (a dict names its parts for `explain`) and adds the source
 files it read to `fingerprinter.files`, so that editing them re-plans: kernels
 written in other languages.
 
-An object that cannot be fingerprinted faithfully gets a fixed "unknown" token
-and is named in `fingerprinter.volatile`; a plan with volatile parts gets a fresh
+An object that cannot be fingerprinted faithfully, or whose fingerprinting fails
+(an object of a kind not foreseen: a descriptor, an extension type), gets a fixed
+"unknown" token and is named in `fingerprinter.volatile`; a plan with volatile parts gets a fresh
 nonce in its keys on every run, so everything depending on it recomputes: when
 in doubt, recompute.
 
@@ -32,16 +33,14 @@ import functools
 import importlib.metadata
 import importlib.util
 import inspect
+import os
 import sys
-import sysconfig
 import types
 from pathlib import Path
 
 from .hashing import digest_bytes, digest_json
+from .origin import is_user_file, is_user_module
 
-LIBRARY_ROOTS = tuple(
-    str(Path(p).resolve()) for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-)
 # Versioned elsewhere: the toolchain names the interpreter and torch, the pipeline digests golden_tasks.
 _VERSIONED_ELSEWHERE = frozenset({"golden_tasks", "torch", *sys.stdlib_module_names})
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not a C type
@@ -69,33 +68,13 @@ _BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.MethodDescriptorType, typ
                       types.MethodWrapperType, types.ClassMethodDescriptorType)
 
 
-def _in_library(file: str) -> bool:
-    return str(Path(file).resolve()).startswith(LIBRARY_ROOTS)
-
-
-def _is_user_source(name: str, file) -> bool:
-    """Whether module `name`, loaded from `file`, is user code."""
-    if name == "golden_tasks" or name.startswith("golden_tasks."):
-        return False
-    if file is None or not Path(file).is_absolute():  # builtins and oddities such as torch._classes
-        return name == "__main__"
-    return not _in_library(file)
-
-
-@functools.cache
-def is_user_module(name: str) -> bool:
-    """True for code the user edits: not stdlib, not an installed package, not golden_tasks.
-    Ask about loaded modules: the answer is cached."""
-    return name is not None and _is_user_source(name, getattr(sys.modules.get(name), "__file__", None))
-
-
 def _is_user_top(top: str) -> bool:
     """Whether the top-level package `top`, loaded or not, is user code (finding it imports nothing)."""
     if top in sys.modules:
         return is_user_module(top)
     spec = importlib.util.find_spec(top)
-    return spec is not None and _is_user_source(
-        top, spec.origin or next(iter(spec.submodule_search_locations or ()), None))
+    where = spec and (spec.origin or next(iter(spec.submodule_search_locations or ()), None))
+    return bool(where) and os.path.isabs(where) and top != "golden_tasks" and is_user_file(where)
 
 
 _distributions = functools.cache(importlib.metadata.packages_distributions)
@@ -133,7 +112,7 @@ def _user_source_file(file) -> str | None:
     """`file` resolved if it is a user source file: not generated code ("<string>": dataclass
     methods), nor a library's (a wrapper such as dataclasses' recursive repr takes the
     __module__ of what it wraps)."""
-    return str(Path(file).resolve()) if file and Path(file).is_file() and not _in_library(file) else None
+    return str(Path(file).resolve()) if file and Path(file).is_file() and is_user_file(file) else None
 
 
 def _attributes(namespace) -> dict | None:
@@ -187,6 +166,7 @@ class Fingerprinter:
         self._active = {}  # id -> depth of each object being tokenized, outermost first
         self._reach = 0  # the outermost depth a cycle token in the current subtree points to
         self._cyclic = frozenset()  # ids of the objects on cycles in the current subtree
+        self._own_error = None  # what an object's own __fingerprint__ raised: the user's to read, not ours to hide
 
     def __call__(self, obj) -> str:
         return digest_json(self.token(obj))
@@ -225,6 +205,10 @@ class Fingerprinter:
         self._reach, self._cyclic = depth, frozenset()
         try:
             token = self._compound(obj)
+        except Exception as exc:  # an object of a kind not foreseen: recompute, never fail
+            if exc is self._own_error:
+                raise
+            token = self._unknown(obj, f"cannot be fingerprinted: {type(exc).__name__}: {exc}")
         finally:
             del self._active[key]
         cyclic = self._cyclic
@@ -246,7 +230,12 @@ class Fingerprinter:
         if cls in (set, frozenset):
             return ["set", sorted((self.token(x) for x in obj), key=repr)]
         if hasattr(cls, "__fingerprint__"):
-            return ["custom", self.token(cls), self.token(obj.__fingerprint__(self))]
+            try:
+                own = obj.__fingerprint__(self)
+            except Exception as exc:
+                self._own_error = exc
+                raise
+            return ["custom", self.token(cls), self.token(own)]
         import torch  # noqa: PLC0415 -- fingerprinting runs in workers, never in the doit parent
 
         if isinstance(obj, torch.Tensor):
@@ -267,7 +256,7 @@ class Fingerprinter:
         if isinstance(obj, (types.FunctionType, type)):
             if is_user_module(obj.__module__):
                 return self._function(obj) if isinstance(obj, types.FunctionType) else self._class(obj)
-            if getattr(obj, "__closure__", None):  # a library closure: what it closes over may be user code
+            if isinstance(obj, types.FunctionType) and obj.__closure__:  # a library closure may close over user code
                 return [*self._lib(obj), self._cells(obj)]
             return self._lib(obj)
         return self._instance(obj)

@@ -17,6 +17,7 @@ import functools
 import sys
 from pathlib import Path
 
+from .origin import add_project
 from .plan import BACKENDS
 
 if sys.version_info >= (3, 11):
@@ -65,7 +66,9 @@ class Layout:
 
     def importable(self) -> None:
         """Put each kernel folder's parent first on sys.path (once), so its modules import by name in
-        this process and in those started after (a forkserver takes sys.path along)."""
+        this process and in those started after (a forkserver takes sys.path along); the project's
+        code is user code there, wherever sys.path finds it (golden_tasks.origin)."""
+        add_project(self.root, *self.kernels)
         for root in dict.fromkeys(folder.parent for folder in reversed(self.kernels)):
             if str(root) not in sys.path:
                 sys.path.insert(0, str(root))

@@ -13,10 +13,11 @@ reads (the modules it loads are recorded as source files by the planner).
 """
 import os
 import sys
+import threading
 from pathlib import Path
 
-from .fingerprint import LIBRARY_ROOTS, is_user_module
 from .hashing import digest_bytes, digest_file
+from .origin import is_user_file, is_user_module
 
 _SYSTEM = ("/proc/", "/sys/", "/dev/")
 # os.environ, Mapping.get
@@ -57,7 +58,7 @@ def _interesting(path) -> str:
     if not isinstance(path, str):  # a file descriptor
         return None
     path = os.path.abspath(path)
-    if path.startswith(_SYSTEM) or path.startswith(LIBRARY_ROOTS) or "__pycache__" in path:
+    if path.startswith(_SYSTEM) or "__pycache__" in path or not is_user_file(path):
         return None
     return path
 
@@ -70,7 +71,7 @@ def _in_import_system() -> bool:
         file = frame.f_code.co_filename
         if file.startswith("<frozen importlib"):
             return True
-        if not (file.startswith("<frozen ") or file.startswith(LIBRARY_ROOTS)):
+        if not (file.startswith("<frozen ") or (os.path.isabs(file) and not is_user_file(file))):
             return False
         frame = frame.f_back
     return False
@@ -82,10 +83,21 @@ def _reads(mode, flags) -> bool:
     return isinstance(flags, int) and flags & os.O_ACCMODE == os.O_RDONLY
 
 
+_handling = threading.local()  # set while the observer itself works: deciding whose a path is reads files too
+
+
 def _audit(event: str, args: tuple) -> None:
     observer = Observer._active
-    if observer is None or event not in ("open", "os.listdir", "os.scandir"):
+    if observer is None or event not in ("open", "os.listdir", "os.scandir") or getattr(_handling, "busy", False):
         return
+    _handling.busy = True
+    try:
+        _record(observer, event, args)
+    finally:
+        _handling.busy = False
+
+
+def _record(observer: Observer, event: str, args: tuple) -> None:
     path = _interesting(args[0] if args else None)
     if path is None:
         return
@@ -108,8 +120,13 @@ class _RecordingEnviron(os._Environ):
 
     def __getitem__(self, key):
         observer = Observer._active
-        if observer is not None and isinstance(key, str) and _user_caller():
-            observer.env.add(key)
+        if observer is not None and isinstance(key, str) and not getattr(_handling, "busy", False):
+            _handling.busy = True
+            try:
+                if _user_caller():
+                    observer.env.add(key)
+            finally:
+                _handling.busy = False
         return super().__getitem__(key)
 
 

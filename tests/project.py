@@ -67,27 +67,56 @@ class Project:
 def copy_checkout(dest: Path) -> Path:
     """The source tree as a fresh clone has it: no cache, runs, build leftovers or git metadata."""
     shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
-        "cache", "runs", ".doit.db*", "build", "dist", "*.egg-info", "__pycache__", ".git", ".pytest_cache"))
+        "cache", "runs", ".doit.db*", "build", "dist", "*.egg-info", "__pycache__", ".git", ".pytest_cache", ".venv"))
     return dest
 
 
-def fresh_venv(path: Path) -> Path:
-    """A virtual environment at `path` that sees this machine's packages (torch and the other
-    dependencies: no download) but not this checkout's own install of golden-tasks; returns its python.
-    It has no pip of its own (whose old bundled setuptools would hide the one torch requires): this
-    interpreter's pip installs into it (`pip --python`)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    python = path / "bin" / "python"
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    # a view of this interpreter's site-packages without golden-tasks (an editable install is a .pth
-    # file and a finder there; a plain sys.path entry, unlike a site dir, runs no .pth file)
-    view = path / "machine-packages"
-    view.mkdir()
+def package_view(folder: Path) -> Path:
+    """A folder of links to this interpreter's installed packages (torch, numpy... and their
+    *.dist-info) but golden-tasks: a site tree to reach them through without this checkout's
+    install. (An editable install is a .pth file and a finder there; a folder that is no site
+    directory runs no .pth file.)"""
+    folder.mkdir(parents=True)
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
         if "golden_tasks" not in entry.name.lower().replace("-", "_"):
-            (view / entry.name).symlink_to(entry)
-    (site / "machine-packages.pth").write_text(f"{view}\n")
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+def fresh_venv(path: Path, system_site_packages: bool = False, python=sys.executable) -> Path:
+    """A virtual environment at `path`, made by `python`, that sees this machine's packages (torch
+    and the other dependencies: no download) through a .pth file linking a `package_view` (unless
+    `system_site_packages`: then only those of `python`'s installation), but not this checkout's
+    own install of golden-tasks; returns its python. It has no pip of its own (whose old bundled
+    setuptools would hide the one torch requires): this interpreter's pip installs into it
+    (`pip --python`)."""
+    subprocess.run([python, "-m", "venv", "--without-pip", *(["--system-site-packages"] * system_site_packages),
+                    str(path)], check=True)
+    venv_python = path / "bin" / "python"
+    if not system_site_packages:
+        site = Path(subprocess.run([venv_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   check=True, capture_output=True, text=True).stdout.strip())
+        (site / "machine-packages.pth").write_text(f"{package_view(path / 'machine-packages')}\n")
+    return venv_python
+
+
+def base_install(path: Path) -> Path:
+    """A Python installation at `path` with this machine's packages installed in its own
+    site-packages, as a container's preinstalled torch is: this interpreter's binary copied (it
+    finds its installation beside it), its standard library linked, a `package_view` as its
+    site-packages. Returns its python."""
+    base = Path(sys.base_prefix)
+    executable = Path(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    python = path / executable.relative_to(base)
+    python.parent.mkdir(parents=True)
+    shutil.copy2(executable, python)
+    site = Path(sysconfig.get_path("purelib", "posix_prefix", vars={"base": str(path), "platbase": str(path)}))
+    (path / stdlib.relative_to(base)).mkdir(parents=True, exist_ok=True)
+    for entry in stdlib.iterdir():
+        if path / stdlib.relative_to(base) / entry.name != site:
+            (path / stdlib.relative_to(base) / entry.name).symlink_to(entry)
+    package_view(site)
     return python
 
 

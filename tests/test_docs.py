@@ -18,6 +18,7 @@ import pytest
 from markdown_runner import DocFailure, problems, project_is_empty, run_doc
 from project import ROOT, copy_checkout, fresh_venv
 
+VENV = "python3 -m venv .venv && . .venv/bin/activate && "  # how the README's two commands start
 DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if p.name != "cache.md"),
         ROOT / "docs" / "cache.md"]
 
@@ -42,8 +43,14 @@ def docs_cache(tmp_path_factory) -> Path:
 
 
 def scratch(tmp_path: Path, dist: Path, cache: Path, empty: bool) -> tuple:
-    """(project, env) for one document."""
-    venv = tmp_path / "venv"
+    """(project, env) for one document. Its environment is the project's .venv, as the README's
+    commands make and activate it (making it again over this one keeps what it holds)."""
+    project = tmp_path / "project"
+    if empty:
+        project.mkdir()
+    else:  # a checkout as the README's first command leaves it (installed, below)
+        copy_checkout(project)
+    venv = project / ".venv"
     python = fresh_venv(venv)
     shims = {"pip": f'exec "{sys.executable}" -m pip --python "{python}" "$@"',
              "doit": f'exec "{python}" -m doit "$@"',
@@ -58,11 +65,7 @@ def scratch(tmp_path: Path, dist: Path, cache: Path, empty: bool) -> tuple:
     env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", VIRTUAL_ENV=str(venv), GOLDEN_TASKS_HTML="0",
                PIP_NO_INDEX="1", PIP_FIND_LINKS=str(dist), PIP_DISABLE_PIP_VERSION_CHECK="1",
                PIP_NO_BUILD_ISOLATION="0")  # pip's inverted switch: "0" turns build isolation off (no index)
-    if empty:
-        project = tmp_path / "project"
-        project.mkdir()
-    else:  # a checkout as the README's first command leaves it: installed (editable) in the environment
-        project = copy_checkout(tmp_path / "project")
+    if not empty:  # installed (editable) in the environment
         subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
                         "--no-build-isolation", "-e", str(project)], check=True, capture_output=True, env=env)
         env["GOLDEN_TASKS_CACHE"] = str(cache)  # the checkout copies share one cache, as a team would
@@ -156,4 +159,13 @@ def test_ci_runs_the_readmes_test_command():
     """The README's second command (the tests) is what CI runs; this suite does not run it itself."""
     readme = (ROOT / "README.md").read_text()
     command = readme.split("this is the test suite that runs this document", 1)[1].split("```sh\n", 1)[1].split("\n")[0]
-    assert command.startswith("sh tests/setup.sh") and command in (ROOT / ".ci" / "run").read_text()
+    assert command.startswith(VENV) and "sh tests/setup.sh" in command
+    assert command in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_readmes_commands_make_and_use_a_virtual_environment():
+    """Both commands set up a fresh machine inside a venv: a set-up that only works in a global
+    site-packages cannot pass CI (which runs the second)."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = readme.split("## Set up and run", 1)[1].split("## Everyday use", 1)[0].split("```sh\n")[1:]
+    assert [block.split("\n")[0].startswith(VENV) for block in blocks] == [True, True], blocks

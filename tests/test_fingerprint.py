@@ -499,6 +499,44 @@ def test_unreadable_objects_are_volatile_but_sentinels_are_not(load):
     assert len(fp.volatile) == 1 and fp.volatile[0].startswith("_thread.lock object")
 
 
+def test_objects_it_does_not_foresee_are_volatile_never_an_error(load):
+    """A library class with a `__closure__` descriptor (a function type), a bare descriptor, an
+    instance whose `__dict__` raises: fingerprinted or named as volatile with the reason, never a crash."""
+    mod = load("import types\n\nclass Odd:\n    @property\n    def __dict__(self):\n"
+               "        raise RuntimeError('no dict here')\n\nODD = Odd()\n"
+               "NAME = type.__dict__['__name__']\n\n"
+               "def plain(x):\n    return types.FunctionType, NAME, x\n\n"
+               "def odd(x):\n    return ODD, x\n")
+    fp = Fingerprinter()
+    assert fp(mod.plain) == fingerprint(mod.plain) and fp.volatile == []
+    token = fp.token(mod.odd)
+    assert token[3]["ODD"] == ["unknown", "fpkg.mod.Odd"]
+    assert fp.volatile == ["fpkg.mod.Odd object: cannot be fingerprinted: RuntimeError: no dict here"]
+    assert fingerprint(mod.odd) == fingerprint(mod.odd)  # the same unknown token: the plan's nonce recomputes it
+
+
+def test_a_kernel_reaching_what_cannot_be_fingerprinted_plans_volatile_not_failed(load):
+    from golden_tasks import Case, TensorSpec, jit
+    from golden_tasks.case import plan_of
+
+    mod = load("import golden_tasks\n\nNAME = type.__dict__['__name__']\n\nclass Odd:\n    @property\n"
+               "    def __dict__(self):\n        raise RuntimeError('no dict here')\n\nODD = Odd()\n\n"
+               "def kernel(x: golden_tasks.In, out: golden_tasks.Out):\n    assert ODD and NAME\n"
+               "    out.copy_(x)\n")
+    specs = [TensorSpec("x", (2,), torch.float32, torch.randn), TensorSpec("out", (2,), torch.float32)]
+    plan, _ = plan_of(Case("odd", specs=specs, kernel=jit(mod.kernel), golden=lambda t: None).resolved())
+    assert plan.error is None and plan.volatile == ["fpkg.mod.Odd object: cannot be fingerprinted: RuntimeError: no dict here"]
+    assert plan.for_this_run().nonce != plan.for_this_run().nonce  # recomputed on every run
+
+
+def test_an_objects_own_fingerprint_error_is_not_hidden(load):
+    mod = load("class Kernel:\n    def __fingerprint__(self, fingerprinter):\n"
+               "        raise FileNotFoundError('kernel k: source k.cpp not found')\n\n"
+               "K = Kernel()\n\ndef uses(x):\n    return K, x\n")
+    with pytest.raises(FileNotFoundError, match="source k.cpp not found"):
+        Fingerprinter()(mod.uses)
+
+
 def test_a_memoized_token_is_the_one_a_fresh_fingerprinter_gives(load):
     mod = load("import enum\n\nclass Mode(enum.Enum):\n    FAST = 1\n    SLOW = 2\n\n"
                "def f(n):\n    return g(n) if n else Mode.FAST\n\ndef g(n):\n    return f(n - 1)\n")
