@@ -109,6 +109,12 @@ def _editable_sources() -> tuple:
     return _forms(found)
 
 
+@functools.cache
+def _user_folders(project: tuple) -> tuple:
+    """Tier 2 of the module docstring: the project's folders and the editable installs' sources."""
+    return _forms(project) + _editable_sources()
+
+
 def library_dirs() -> tuple:
     """Every folder whose packages are library code (tiers 1 and 3 of the module docstring, less the
     user's): a package installed, upgraded or removed there changes that folder."""
@@ -123,10 +129,12 @@ def _under(path: str, folders: tuple) -> bool:
 @functools.lru_cache(maxsize=65536)
 def _classify(path: str, path_entries: tuple, project: tuple) -> bool:
     sites, linked = _library_tiers(path_entries)
+    if _under(os.path.abspath(path), sites):  # most files read are a library's: no symlink to resolve
+        return False
     forms = _forms([path])
     if any(_under(p, sites) for p in forms):
         return False
-    if any(_under(p, _forms(project) + _editable_sources()) for p in forms):
+    if any(_under(p, _user_folders(project)) for p in forms):
         return True
     return not any(_under(p, linked) for p in forms)
 

@@ -22,7 +22,7 @@ def _file(path: Path, text: str = "") -> Path:
 @pytest.fixture
 def fresh(monkeypatch):
     """origin with no project registered and its caches emptied before and after."""
-    caches = (origin._library_tiers, origin._editable_sources, origin._classify)
+    caches = (origin._library_tiers, origin._editable_sources, origin._user_folders, origin._classify)
     for cache in caches:
         cache.cache_clear()
     monkeypatch.setattr(origin, "_project", ())
