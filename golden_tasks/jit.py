@@ -53,7 +53,7 @@ class JitKernel(KernelForm):
         if backend not in BACKENDS:
             raise CompileError(f"kernel {self.name}: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
         if ranks == 1:  # a multi-rank body's collectives need its group: dispatch checks In tensors
-            _check_writes(self.fn, self.name, specs)
+            _check_writes(_unshared(self.fn), self.name, specs)
         merged = {**self.options, **{k: v for k, v in options.items() if k not in ("backend", "ranks")}}
         return Artifact.registry[backend].build(self.fn, specs, merged, Path(workdir))
 
@@ -68,6 +68,17 @@ def jit(fn=None, *, backend=None, options=None, ranks=1):
 
 def _args(specs, tensor_for):
     return [tensor_for(s) if s.kind == "tensor" else s.value for s in specs]
+
+
+def _unshared(fn):
+    """A copy of `fn` with copies of the user modules it reaches (unpickled by value), so that running
+    it leaves no state behind in `fn`: a body that memoises on its first call (a table, a workspace)
+    would otherwise keep a fake tensor of the write check and carry it into the artifact. `fn` itself
+    where it cannot be pickled (aoti exports what the pickle could not hold)."""
+    try:
+        return cloudpickle.loads(dumps_by_value(fn))
+    except Exception:  # noqa: BLE001 -- unpicklable state: the check runs on the kernel itself, as before
+        return fn
 
 
 def _check_writes(fn, name, specs):

@@ -118,3 +118,47 @@ def test_a_package_stored_by_digest_loads_and_leaves_no_link_behind(tmp_path, mo
     expected = y + 0.5 * x
     call(x, y, 0.5)
     torch.testing.assert_close(y, expected)
+
+
+MEMO = '''import torch
+from golden_tasks import In, Out, jit
+
+_TABLE = {}
+
+
+@jit
+def k(x: In, out: Out):
+    if x.shape not in _TABLE:  # a constant built on the first call: an honest memo
+        _TABLE[x.shape] = torch.arange(x.numel(), dtype=x.dtype).reshape(x.shape)
+    out.copy_(x + _TABLE[x.shape])
+'''
+
+
+@pytest.mark.parametrize("backend", ["eager", "aoti"])
+def test_a_kernel_that_memoises_on_its_first_call_compiles_and_runs(tmp_path, monkeypatch, backend):
+    """The write check runs the body on fake tensors: on a copy of the kernel, so no fake tensor stays in
+    the memo the artifact carries (eager pickled it and failed: "cannot pickle 'weakref.ReferenceType'")."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "memomod.py").write_text(MEMO)
+    monkeypatch.delitem(sys.modules, "memomod", raising=False)
+    module = importlib.import_module("memomod")
+    specs = [TensorSpec("x", (3,), torch.float32), TensorSpec("out", (3,), torch.float32)]
+    call = module.k.compile(stamped(module.k, specs), {"backend": backend}, tmp_path).load()
+    for x in (torch.ones(3), torch.full((3,), 2.0)):  # the first call builds the table, the second reuses it
+        out = torch.zeros(3)
+        call(x, out)
+        assert out.tolist() == (x + torch.arange(3.0)).tolist()
+    monkeypatch.delitem(sys.modules, "memomod")
+
+
+def test_the_write_check_still_sees_a_memoising_kernel_write_its_in(tmp_path, monkeypatch):
+    """Checking a copy checks the same body: the control for the test above."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "memobad.py").write_text(MEMO.replace("out.copy_(x + _TABLE[x.shape])",
+                                                      "x.add_(_TABLE[x.shape])\n    out.copy_(x)"))
+    monkeypatch.delitem(sys.modules, "memobad", raising=False)
+    module = importlib.import_module("memobad")
+    specs = [TensorSpec("x", (3,), torch.float32), TensorSpec("out", (3,), torch.float32)]
+    with pytest.raises(CompileError, match="writes its In parameter 'x'"):
+        module.k.compile(stamped(module.k, specs), {"backend": "eager"}, tmp_path)
+    monkeypatch.delitem(sys.modules, "memobad")
