@@ -160,6 +160,34 @@ def test_resident_tensors_are_placed_once_for_every_benchmark_round(tmp_path, mo
         assert len(set(calls[1:106])) == 1 and calls[106] != calls[105]  # every round saw the same buffers
 
 
+WRONG_SLICE = '''
+import torch.distributed as dist
+from golden_tasks import In, Out, jit
+
+
+@jit(ranks=3)
+def doubled(x: In, out: Out):
+    out.copy_(x * (3 if dist.get_rank() == 1 else 2))  # rank 1 computes its slice wrong
+'''
+
+
+def test_a_wrong_slice_of_a_stacked_output_names_its_rank(tmp_path, monkeypatch):
+    (tmp_path / "wrong_slice.py").write_text(WRONG_SLICE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from wrong_slice import doubled
+
+    specs = [golden_tasks.TensorSpec("x", (3, 64), torch.float32, torch.randn, resident="stacked"),
+             golden_tasks.TensorSpec("out", (3, 64), torch.float32, resident="stacked")]
+
+    def golden(t):
+        t["out"].copy_(t["x"] * 2)
+
+    result = golden_tasks.run(doubled, specs, golden, cache_dir=tmp_path / "cache", runs_dir=tmp_path / "runs",
+                              rounds=3, warmup=1)
+    assert not result.passed and result.stages["validate"] == "FAILED", result.error
+    assert "wrong on rank 1 (of 3: the leading dim is the rank)" in result.error, result.error
+
+
 RANKED = '''
 import ctypes
 import os

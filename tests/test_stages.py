@@ -188,3 +188,24 @@ def test_the_stopping_rule_tracks_the_same_noise_floor_the_summary_reports():
         if count in (2, 10, 2000):
             assert running.rse == pytest.approx(relative_standard_error(series[:count]), rel=1e-9)
     assert _RunningMean().rse == float("inf")
+
+
+def test_a_mismatch_in_a_stacked_output_names_the_ranks_whose_slice_is_wrong():
+    from golden_tasks.compare import Policy, ratio_allclose
+
+    expected = {"out": torch.arange(24.0).reshape(4, 6), "total": torch.tensor(3.0)}
+    actual = {name: t.clone() for name, t in expected.items()}
+    actual["out"][1, 2] += 1
+    actual["out"][3, 0] -= 1
+    with pytest.raises(StageFailed) as failed:
+        validate.judge(Policy(1e-5, 1e-5), actual, expected, "c", {}, stacked=("out",))
+    assert "output 'out': 2/24 elements mismatched" in str(failed.value)
+    assert "wrong on ranks 1, 3 (of 4: the leading dim is the rank)" in str(failed.value)
+    actual["out"][3, 0] += 1
+    with pytest.raises(StageFailed, match=r"wrong on rank 1 \(of 4"):
+        validate.judge(Policy(1e-5, 1e-5), actual, expected, "c", {}, stacked=("out",))
+    # not stacked, or judged as a whole (a ratio of bad points), the message names no rank
+    for stacked, compare in (((), {}), (("out",), {"out": ratio_allclose(max_error_ratio=0.01)})):
+        with pytest.raises(StageFailed) as failed:
+            validate.judge(Policy(1e-5, 1e-5, compare=compare), actual, expected, "c", {}, stacked=stacked)
+        assert "wrong on rank" not in str(failed.value)

@@ -5,17 +5,40 @@ runtime dir can be re-validated without importing the kernel module.
 """
 import dataclasses
 
-from ..compare import Policy
+from ..compare import Allclose, Policy, allclose
 from ..fingerprint import dumps_by_value
 from ..outputs import POLICY_FILE, ValidateMeta
+from ..specs import STACKED
 from . import Outputs, StageFailed
 
 
-def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict) -> ValidateMeta:
-    """The validation report; raises StageFailed naming every mismatching output, and every
-    input that holds NaN/Inf (`nonfinite`: name -> description), a likely cause."""
+def stacked_outputs(case) -> tuple:
+    """The names of the case's tensors whose leading dim is the rank (resident="stacked")."""
+    return tuple(s.name for s in case.specs if getattr(s, "resident", None) == STACKED)
+
+
+def _wrong_ranks(policy: Policy, name: str, actual: dict, expected: dict) -> list:
+    """The ranks whose slice of the stacked output `name` fails on its own. Judged only by a pointwise
+    comparator (Allclose, the default), whose verdict on a slice means what it means on the whole."""
+    if not isinstance(policy.compare.get(name, allclose), Allclose) or expected[name].dim() == 0:
+        return []
+    return [r for r in range(expected[name].shape[0]) if not policy.check_output(
+        name, {**actual, name: actual[name][r]}, {**expected, name: expected[name][r]}).passed]
+
+
+def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict, stacked=()) -> ValidateMeta:
+    """The validation report; raises StageFailed naming every mismatching output (for a `stacked`
+    output, one slice per rank, the ranks whose slice is wrong), and every input that holds NaN/Inf
+    (`nonfinite`: name -> description), a likely cause."""
     results = policy.check(actual, expected)
-    failed = [r.message for r in results if not r.passed]
+    failed = []
+    for r in results:
+        if r.passed:
+            continue
+        ranks = _wrong_ranks(policy, r.name, actual, expected) if r.name in stacked else []
+        where = (f"\n  wrong on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))} "
+                 f"(of {expected[r.name].shape[0]}: the leading dim is the rank)" if ranks else "")
+        failed.append(r.message + where)
     if failed:
         causes = [f"note: input {name!r} holds {what}; it may propagate to the outputs"
                   for name, what in nonfinite.items()]
@@ -57,7 +80,7 @@ def run(case, plan, workdir, dispatch, golden, inputs):
     if unknown:
         raise StageFailed(f"{plan.case}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
-    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite)
+    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite, stacked_outputs(case))
     meta = dataclasses.replace(meta, warnings=vacuous(policy, dispatch.tensors, golden.tensors))
     saved = workdir / POLICY_FILE
     saved.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
