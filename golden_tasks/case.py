@@ -18,7 +18,7 @@ from .forms import KernelForm, world_size
 from .hashing import canonical_json, digest_file
 from .observe import listed
 from .plan import SOURCE_FIELDS, Plan
-from .specs import ScalarSpec, TensorSpec, signature_of
+from .specs import ScalarSpec, TensorSpec, placement_of, signature_of
 from .stages import Rounds
 
 
@@ -111,6 +111,11 @@ class Case:
     def policy(self) -> Policy:
         """How its outputs are validated (the validate stage's view of a case)."""
         return Policy(self.rtol, self.atol, self.ignore_nan, self.compare)
+
+    def placement(self) -> dict:
+        """Where each resident tensor of a resolved case lives across ranks (name -> TensorSpec.resident),
+        as AbiMeta.placement records it; the validate stage names a stacked output's wrong ranks by it."""
+        return placement_of([signature_of(s) for s in self.specs])
 
     def _specs(self, ranks: int) -> list:
         """The spec list, from `specs` or by calling it (with `ranks` if it takes them); anything

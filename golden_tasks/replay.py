@@ -24,6 +24,7 @@ from .layout import LayoutError, layout
 from .outputs import POLICY_FILE, ValidateMeta
 from .plan import REPLAY_MEANING, from_json
 from .runtime import FORMAT, MANIFEST, records, saved_outputs, saved_plan
+from .specs import placement_of
 from .toolchain import toolchain
 
 
@@ -118,11 +119,16 @@ def staleness(path: Path, manifest: dict, project: Path) -> list:
 @dataclasses.dataclass
 class SavedCase:
     """What a replay knows of its case besides the saved data: the validation policy it was
-    verified with (policy.pkl), which the validate stage reads."""
+    verified with (policy.pkl) and its tensors' placement (the saved plan's), which the validate
+    stage reads."""
     saved_policy: Policy
+    saved_placement: dict
 
     def policy(self) -> Policy:
         return self.saved_policy
+
+    def placement(self) -> dict:
+        return self.saved_placement
 
 
 def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
@@ -142,7 +148,8 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
         _check_files(path, manifest)
         plan = saved_plan(manifest, {k: v for k, v in (("warmup", warmup), ("rounds", rounds)) if v is not None})
         policy = path / POLICY_FILE  # absent for a case that had no golden
-        case = SavedCase(cloudpickle.loads(policy.read_bytes()) if policy.exists() else None)
+        case = SavedCase(cloudpickle.loads(policy.read_bytes()) if policy.exists() else None,
+                         placement_of(plan.signature))
         with tempfile.TemporaryDirectory() as work:
             # dispatch, validate and bench, as in a verify, on the saved abi, compile, inputs and golden
             outputs = graph.replay(plan, saved_outputs(path, manifest), case, Path(work))

@@ -230,6 +230,12 @@ def signature_of(spec) -> dict:
     return sig
 
 
+def placement_of(signature: list) -> dict:
+    """Where each resident tensor of a signature (`signature_of` rows) lives across ranks: name ->
+    TensorSpec.resident (AbiMeta.placement)."""
+    return {s["name"]: s["resident"] for s in signature if s.get("resident") is not None}
+
+
 def view_shape(shape, resident) -> list:
     """The shape one rank of a multi-rank kernel receives of a tensor of `shape` placed by
     `resident`: a stacked tensor's slice (its leading dim is the rank); anything else whole."""

@@ -8,7 +8,7 @@ kernel takes (on each rank, for a multi-rank kernel: a stacked tensor's slice),
 and the placement of resident tensors across ranks.
 """
 from ..outputs import AbiMeta
-from ..specs import STACKED, view_shape
+from ..specs import STACKED, placement_of, view_shape
 from . import Outputs, StageFailed
 
 
@@ -66,5 +66,4 @@ def run(case, plan, workdir):
     directions = {p["name"]: p["direction"] for p in plan.params}
     table = [{"name": s["name"], "kind": s["kind"], "direction": directions[s["name"]],
               "shape": view_shape(s["shape"], s.get("resident")), "dtype": s["dtype"]} for s in plan.signature]
-    placement = {s["name"]: s["resident"] for s in plan.signature if s.get("resident") is not None}
-    return Outputs(meta=AbiMeta(table=table, placement=placement))
+    return Outputs(meta=AbiMeta(table=table, placement=placement_of(plan.signature)))

@@ -16,6 +16,7 @@ import torch
 from .. import isolate, ranks
 from ..outputs import POLICY_FILE, BenchMeta, Stats
 from . import Outputs, Rounds, StageFailed, adaptive_rounds, cache_flush, load_checked, same_bits, summary
+from .validate import stacked
 
 # A rank is persistently slower when it is the slowest in this share of at least this many rounds and
 # its median exceeds the fastest rank's by this factor (noise alone rarely does all three).
@@ -109,9 +110,9 @@ def imbalance(ranks_stats: list) -> str:
     return None
 
 
-def judge_again(policy: bytes, checks: dict, case: str) -> list:
+def judge_again(policy: bytes, checks: dict, case: str, stacked: tuple) -> list:
     """Runs isolated (the policy's comparators are user code): the mismatch report of each check
-    (label -> (kernel outputs, golden outputs)) that fails."""
+    (label -> (kernel outputs, golden outputs)) that fails (`stacked`: as validate.judge takes it)."""
     import cloudpickle  # noqa: PLC0415
 
     from .validate import judge  # noqa: PLC0415
@@ -119,7 +120,7 @@ def judge_again(policy: bytes, checks: dict, case: str) -> list:
     failures = []
     for label, (actual, expected) in checks.items():
         try:
-            judge(cloudpickle.loads(policy), actual, expected, case, {})
+            judge(cloudpickle.loads(policy), actual, expected, case, {}, stacked)
         except StageFailed as exc:
             failures.append(f"{label}:\n{exc}")
     return failures
@@ -165,7 +166,8 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
         if again:
             checks["its outputs on the second input set (seed + 1), in the same process"] = (
                 again.outputs(what), _copies(golden2.tensors))
-        failures = isolate.call(judge_again, (validate.files[POLICY_FILE].read_bytes(), checks, plan.case),
+        failures = isolate.call(judge_again, (validate.files[POLICY_FILE].read_bytes(), checks, plan.case,
+                                              stacked(abi.meta.placement)),
                                 2 * plan.timeout, f"the benchmark's recheck of {plan.case}")
         if failures:
             raise StageFailed(f"{plan.case} passed validation, but its benchmark's recheck FAILED (a kernel right "

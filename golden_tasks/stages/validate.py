@@ -12,9 +12,10 @@ from ..specs import STACKED
 from . import Outputs, StageFailed
 
 
-def stacked_outputs(case) -> tuple:
-    """The names of the case's tensors whose leading dim is the rank (resident="stacked")."""
-    return tuple(s.name for s in case.specs if getattr(s, "resident", None) == STACKED)
+def stacked(placement: dict) -> tuple:
+    """The names whose leading dim is the rank, of a placement (name -> TensorSpec.resident, as
+    AbiMeta.placement holds it)."""
+    return tuple(name for name, where in placement.items() if where == STACKED)
 
 
 def _wrong_ranks(policy: Policy, name: str, actual: dict, expected: dict) -> list:
@@ -80,7 +81,8 @@ def run(case, plan, workdir, dispatch, golden, inputs):
     if unknown:
         raise StageFailed(f"{plan.case}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
-    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite, stacked_outputs(case))
+    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite,
+                 stacked(case.placement()))
     meta = dataclasses.replace(meta, warnings=vacuous(policy, dispatch.tensors, golden.tensors))
     saved = workdir / POLICY_FILE
     saved.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
