@@ -103,8 +103,10 @@ def _editable_sources() -> tuple:
             direct = json.loads(dist.read_text("direct_url.json") or "{}")
         except (OSError, ValueError):
             continue
-        url = direct.get("url", "") if isinstance(direct, dict) else ""
-        if direct.get("dir_info", {}).get("editable") and url.startswith("file:"):
+        if not isinstance(direct, dict) or not isinstance(direct.get("dir_info"), dict):
+            continue  # another kind of direct URL (an archive, a VCS checkout), or a malformed file
+        url = direct.get("url")
+        if direct["dir_info"].get("editable") and isinstance(url, str) and url.startswith("file:"):
             found.append(unquote(urlparse(url).path))
     return _forms(found)
 

@@ -77,6 +77,9 @@ def test_pth_linked_folders_are_library_but_editable_sources_and_the_project_are
     info = site_dir / "mylib-0.1.dist-info"
     _file(info / "METADATA", "Name: mylib\nVersion: 0.1\n")
     _file(info / "direct_url.json", json.dumps({"url": (tmp_path / "mylib").as_uri(), "dir_info": {"editable": True}}))
+    for name, direct in (("archive", {"url": "file:///tmp/a.whl", "archive_info": {}}), ("odd", ["not", "a", "dict"])):
+        _file(site_dir / f"{name}-1.0.dist-info" / "METADATA", f"Name: {name}\nVersion: 1.0\n")
+        _file(site_dir / f"{name}-1.0.dist-info" / "direct_url.json", json.dumps(direct))  # not editable: ignored
     fresh.setattr(site, "getsitepackages", lambda: [str(site_dir)])
     for folder in (site_dir, linked, editable, project):
         fresh.syspath_prepend(str(folder))
