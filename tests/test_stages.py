@@ -198,14 +198,14 @@ def test_a_mismatch_in_a_stacked_output_names_the_ranks_whose_slice_is_wrong():
     actual["out"][1, 2] += 1
     actual["out"][3, 0] -= 1
     with pytest.raises(StageFailed) as failed:
-        validate.judge(Policy(1e-5, 1e-5), actual, expected, "c", {}, stacked=("out",))
+        validate.judge(Policy(1e-5, 1e-5), actual, expected, "c", {}, placement={"out": "stacked"})
     assert "output 'out': 2/24 elements mismatched" in str(failed.value)
     assert "wrong on ranks 1, 3 (of 4: the leading dim is the rank)" in str(failed.value)
     actual["out"][3, 0] += 1
     with pytest.raises(StageFailed, match=r"wrong on rank 1 \(of 4"):
-        validate.judge(Policy(1e-5, 1e-5), actual, expected, "c", {}, stacked=("out",))
+        validate.judge(Policy(1e-5, 1e-5), actual, expected, "c", {}, placement={"out": "stacked"})
     # not stacked, or judged as a whole (a ratio of bad points), the message names no rank
-    for stacked, compare in (((), {}), (("out",), {"out": ratio_allclose(max_error_ratio=0.01)})):
+    for placement, compare in (({}, {}), ({"out": "stacked"}, {"out": ratio_allclose(max_error_ratio=0.01)})):
         with pytest.raises(StageFailed) as failed:
-            validate.judge(Policy(1e-5, 1e-5, compare=compare), actual, expected, "c", {}, stacked=stacked)
+            validate.judge(Policy(1e-5, 1e-5, compare=compare), actual, expected, "c", {}, placement)
         assert "wrong on rank" not in str(failed.value)

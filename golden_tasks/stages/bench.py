@@ -16,7 +16,6 @@ import torch
 from .. import isolate, ranks
 from ..outputs import POLICY_FILE, BenchMeta, Stats
 from . import Outputs, Rounds, StageFailed, adaptive_rounds, cache_flush, load_checked, same_bits, summary
-from .validate import stacked
 
 # A rank is persistently slower when it is the slowest in this share of at least this many rounds and
 # its median exceeds the fastest rank's by this factor (noise alone rarely does all three).
@@ -110,9 +109,9 @@ def imbalance(ranks_stats: list) -> str:
     return None
 
 
-def judge_again(policy: bytes, checks: dict, case: str, stacked: tuple) -> list:
+def judge_again(policy: bytes, checks: dict, case: str, placement: dict) -> list:
     """Runs isolated (the policy's comparators are user code): the mismatch report of each check
-    (label -> (kernel outputs, golden outputs)) that fails (`stacked`: as validate.judge takes it)."""
+    (label -> (kernel outputs, golden outputs)) that fails (`placement`: as validate.judge takes it)."""
     import cloudpickle  # noqa: PLC0415
 
     from .validate import judge  # noqa: PLC0415
@@ -120,7 +119,7 @@ def judge_again(policy: bytes, checks: dict, case: str, stacked: tuple) -> list:
     failures = []
     for label, (actual, expected) in checks.items():
         try:
-            judge(cloudpickle.loads(policy), actual, expected, case, {}, stacked)
+            judge(cloudpickle.loads(policy), actual, expected, case, {}, placement)
         except StageFailed as exc:
             failures.append(f"{label}:\n{exc}")
     return failures
@@ -167,7 +166,7 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
             checks["its outputs on the second input set (seed + 1), in the same process"] = (
                 again.outputs(what), _copies(golden2.tensors))
         failures = isolate.call(judge_again, (validate.files[POLICY_FILE].read_bytes(), checks, plan.case,
-                                              stacked(abi.meta.placement)),
+                                              abi.meta.placement),
                                 2 * plan.timeout, f"the benchmark's recheck of {plan.case}")
         if failures:
             raise StageFailed(f"{plan.case} passed validation, but its benchmark's recheck FAILED (a kernel right "

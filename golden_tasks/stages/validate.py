@@ -12,12 +12,6 @@ from ..specs import STACKED
 from . import Outputs, StageFailed
 
 
-def stacked(placement: dict) -> tuple:
-    """The names whose leading dim is the rank, of a placement (name -> TensorSpec.resident, as
-    AbiMeta.placement holds it)."""
-    return tuple(name for name, where in placement.items() if where == STACKED)
-
-
 def _wrong_ranks(policy: Policy, name: str, actual: dict, expected: dict) -> list:
     """The ranks whose slice of the stacked output `name` fails on its own. Judged only by a pointwise
     comparator (Allclose, the default), whose verdict on a slice means what it means on the whole."""
@@ -27,16 +21,18 @@ def _wrong_ranks(policy: Policy, name: str, actual: dict, expected: dict) -> lis
         name, {**actual, name: actual[name][r]}, {**expected, name: expected[name][r]}).passed]
 
 
-def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict, stacked=()) -> ValidateMeta:
-    """The validation report; raises StageFailed naming every mismatching output (for a `stacked`
-    output, one slice per rank, the ranks whose slice is wrong), and every input that holds NaN/Inf
-    (`nonfinite`: name -> description), a likely cause."""
+def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict, placement=None) -> ValidateMeta:
+    """The validation report; raises StageFailed naming every mismatching output (for an output
+    stacked by `placement`, name -> TensorSpec.resident as AbiMeta.placement holds it, the ranks
+    whose slice is wrong), and every input that holds NaN/Inf (`nonfinite`: name -> description),
+    a likely cause."""
     results = policy.check(actual, expected)
     failed = []
     for r in results:
         if r.passed:
             continue
-        ranks = _wrong_ranks(policy, r.name, actual, expected) if r.name in stacked else []
+        stacked = (placement or {}).get(r.name) == STACKED
+        ranks = _wrong_ranks(policy, r.name, actual, expected) if stacked else []
         where = (f"\n  wrong on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))} "
                  f"(of {expected[r.name].shape[0]}: the leading dim is the rank)" if ranks else "")
         failed.append(r.message + where)
@@ -81,8 +77,7 @@ def run(case, plan, workdir, dispatch, golden, inputs):
     if unknown:
         raise StageFailed(f"{plan.case}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
-    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite,
-                 stacked(case.placement()))
+    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite, case.placement())
     meta = dataclasses.replace(meta, warnings=vacuous(policy, dispatch.tensors, golden.tensors))
     saved = workdir / POLICY_FILE
     saved.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
