@@ -33,13 +33,12 @@ import functools
 import importlib.metadata
 import importlib.util
 import inspect
-import os
 import sys
 import types
 from pathlib import Path
 
 from .hashing import digest_bytes, digest_json
-from .origin import is_user_file, is_user_module
+from .origin import is_user_file, is_user_module, is_user_source
 
 # Versioned elsewhere: the toolchain names the interpreter and torch, the pipeline digests golden_tasks.
 _VERSIONED_ELSEWHERE = frozenset({"golden_tasks", "torch", *sys.stdlib_module_names})
@@ -73,8 +72,8 @@ def _is_user_top(top: str) -> bool:
     if top in sys.modules:
         return is_user_module(top)
     spec = importlib.util.find_spec(top)
-    where = spec and (spec.origin or next(iter(spec.submodule_search_locations or ()), None))
-    return bool(where) and os.path.isabs(where) and top != "golden_tasks" and is_user_file(where)
+    return spec is not None and is_user_source(
+        top, spec.origin or next(iter(spec.submodule_search_locations or ()), None))
 
 
 _distributions = functools.cache(importlib.metadata.packages_distributions)

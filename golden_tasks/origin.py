@@ -146,11 +146,16 @@ def is_user_file(path) -> bool:
     return _classify(os.fspath(path), tuple(sys.path), _project)
 
 
-def is_user_module(name: str) -> bool:
-    """True for a loaded module the user edits: neither golden_tasks nor a library's (nor a builtin)."""
+def is_user_source(name: str, file) -> bool:
+    """Whether module `name`, loaded (or to be loaded) from `file`, is code the user edits: neither
+    golden_tasks nor a library's (nor a builtin)."""
     if not isinstance(name, str) or not name or name == "golden_tasks" or name.startswith("golden_tasks."):
         return False
-    file = getattr(sys.modules.get(name), "__file__", None)
     if file is None or not os.path.isabs(file):  # builtins and oddities such as torch._classes
         return name == "__main__"
     return is_user_file(file)
+
+
+def is_user_module(name: str) -> bool:
+    """`is_user_source` of a loaded module."""
+    return is_user_source(name, getattr(sys.modules.get(name), "__file__", None))
