@@ -63,10 +63,9 @@ def _interesting(path) -> str:
     return path
 
 
-def _in_import_system() -> bool:
-    """Whether the import system itself made this read (loading a module, searching a path), as
-    opposed to code run by an import: the nearest caller that is not library code decides."""
-    frame = sys._getframe(2)
+def _in_import_system(frame) -> bool:
+    """Whether the import system itself made the read that `frame` made (loading a module, searching a
+    path), as opposed to code run by an import: the nearest caller that is not library code decides."""
     while frame is not None:
         file = frame.f_code.co_filename
         if file.startswith("<frozen importlib"):
@@ -86,30 +85,37 @@ def _reads(mode, flags) -> bool:
 _handling = threading.local()  # set while the observer itself works: deciding whose a path is reads files too
 
 
-def _audit(event: str, args: tuple) -> None:
-    observer = Observer._active
-    if observer is None or event not in ("open", "os.listdir", "os.scandir") or getattr(_handling, "busy", False):
-        return
+def _unless_observing(work, *args):
+    """work(*args), unless this thread is already inside it (then None): what the observer reads and
+    looks up itself is no read of the code it observes."""
+    if getattr(_handling, "busy", False):
+        return None
     _handling.busy = True
     try:
-        _record(observer, event, args)
+        return work(*args)
     finally:
         _handling.busy = False
 
 
-def _record(observer: Observer, event: str, args: tuple) -> None:
+def _audit(event: str, args: tuple) -> None:
+    observer = Observer._active
+    if observer is not None and event in ("open", "os.listdir", "os.scandir"):
+        _unless_observing(_record, observer, event, args, sys._getframe(1))
+
+
+def _record(observer: Observer, event: str, args: tuple, reader) -> None:
+    """Note the read `event` that the code at frame `reader` made."""
     path = _interesting(args[0] if args else None)
     if path is None:
         return
     if event != "open":
-        (observer.import_dirs if _in_import_system() else observer.dirs).add(path)
-    elif _reads(args[1], args[2] if len(args) > 2 else None) and not _in_import_system():
+        (observer.import_dirs if _in_import_system(reader) else observer.dirs).add(path)
+    elif _reads(args[1], args[2] if len(args) > 2 else None) and not _in_import_system(reader):
         observer.files.add(path)
 
 
-def _user_caller() -> bool:
-    """Whether the code reading os.environ (past os's and Mapping's own methods) is user code."""
-    frame = sys._getframe(2)
+def _user_caller(frame) -> bool:
+    """Whether the code at `frame` reading os.environ (past os's and Mapping's own methods) is user code."""
     while frame is not None and frame.f_code.co_filename.endswith(_ENVIRON_FRAMES):
         frame = frame.f_back
     return frame is not None and is_user_module(frame.f_globals.get("__name__"))
@@ -120,13 +126,8 @@ class _RecordingEnviron(os._Environ):
 
     def __getitem__(self, key):
         observer = Observer._active
-        if observer is not None and isinstance(key, str) and not getattr(_handling, "busy", False):
-            _handling.busy = True
-            try:
-                if _user_caller():
-                    observer.env.add(key)
-            finally:
-                _handling.busy = False
+        if observer is not None and isinstance(key, str) and _unless_observing(_user_caller, sys._getframe(1)):
+            observer.env.add(key)
         return super().__getitem__(key)
 
 
