@@ -32,7 +32,7 @@ from .layout import layout
 from .library import Library
 from .stages import load_checked
 from .stages.dispatch import call_kernel
-from .stages.validate import judge
+from .stages.validate import blank, judge
 
 LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 GRACE_SECONDS = 5.0  # for the ranks to read the verdict, and a hung rank's to end after it
@@ -169,7 +169,7 @@ def _judge(case, placement, reports: list, what: str, golden, inputs, waited: fl
         if expected.skipped:
             return f"SKIPPED: {expected.skipped}"
         judge(case.policy(), placement.outputs(what), expected.tensors, case.name, inputs.meta.nonfinite,
-              case.placement())
+              case.placement(), blank(expected, inputs))
     except VerificationFailure as exc:
         return f"FAIL\n{exc}"
     return "PASS"

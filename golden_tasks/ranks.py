@@ -4,7 +4,8 @@ A kernel runs as `world` ranks (one for an ordinary kernel). Each rank gets its
 view of every parameter (AbiMeta.placement, TensorSpec.resident): a tensor with
 no placement whole on every rank, a stacked one's slice r on rank r, a tensor
 resident on rank k on rank k (the other ranks get zeros of its shape: the
-buffer a broadcast or a reduce to k needs). A Placement holds those views in
+buffer a broadcast or a reduce to k needs); an Out with no init_value starts as
+the canary (specs.canary), so that elements the kernel leaves are named. A Placement holds those views in
 shared memory, Out/InOut between guard regions, and reads the outputs back
 into whole tensors. `run` starts every rank at once as an isolated call
 (golden_tasks.isolate) running a rank program (one call, or the benchmark's
@@ -34,7 +35,7 @@ import torch.distributed as dist
 
 from . import isolate
 from .errors import StageFailed
-from .specs import STACKED, dtype_of
+from .specs import STACKED, canary, dtype_of
 from .stages import back_to_host, on_device, same_bits
 
 LOOPBACK = "127.0.0.1"
@@ -75,10 +76,12 @@ class Placement:
     def _arg(self, i, row, inputs, rank):
         if row["kind"] == "scalar":
             return inputs.meta.scalars[row["name"]]
-        if row["direction"] == "out" or not self.holds(row, rank):
+        if not self.holds(row, rank):
             data = torch.zeros(row["shape"], dtype=dtype_of(row["dtype"]))
-        else:
+        elif row["name"] in inputs.tensors:  # an input, or an Out with an init_value
             data = self.view(row, inputs.tensors[row["name"]], rank)
+        else:  # an Out with no initial content: what the kernel leaves of it is reported unwritten
+            data = canary(row["shape"], dtype_of(row["dtype"]))
         if row["direction"] == "in":
             return data.clone().share_memory_()
         self.guards[rank][i] = isolate.Guarded(row["name"], data)

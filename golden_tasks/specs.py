@@ -64,6 +64,42 @@ def dtype_of(name: str) -> torch.dtype:
 
 STACKED = "stacked"  # TensorSpec.resident: the leading dim is the rank
 
+# The content of an Out buffer that has no initial content (no init_value), as raw bits: a NaN whose
+# payload arithmetic on numbers never makes (floats), an unlikely pattern (integers). An element that
+# still holds it after the kernel ran was not written. bool has no spare value: such an Out is zeros.
+_CANARY_BITS = {torch.float64: 0x7FF8_DEAD_BEEF_DEAD, torch.float32: 0x7FC0_DEAD, torch.float16: 0x7E5B,
+                torch.bfloat16: 0x7FDB, torch.int64: 0xDEAD_BEEF_DEAD_BEEF, torch.int32: 0xDEAD_BEEF,
+                torch.int16: 0xDEAD, torch.int8: 0xDE, torch.uint8: 0xDE}
+_BITS_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _canary_word(dtype: torch.dtype):
+    """(the integer dtype of `dtype`'s width, the canary as a value of it), or None (no canary)."""
+    bits = _CANARY_BITS.get(dtype)
+    if bits is None:
+        return None
+    width = torch.empty((), dtype=dtype).element_size()
+    word = _BITS_OF_WIDTH[width]
+    return word, bits - (1 << 8 * width) if word.is_signed and bits >= 1 << (8 * width - 1) else bits
+
+
+def canary(shape, dtype: torch.dtype) -> torch.Tensor:
+    """A buffer of `shape` that holds no value yet: every element the canary (zeros for a dtype without one)."""
+    found = _canary_word(dtype)
+    if found is None:
+        return torch.zeros(shape, dtype=dtype)
+    word, value = found
+    return torch.full(tuple(shape), value, dtype=word).view(dtype)
+
+
+def unwritten(t: torch.Tensor) -> torch.Tensor:
+    """Where `t` still holds the canary (a bool mask of its shape; all False for a dtype without one)."""
+    found = _canary_word(t.dtype)
+    if found is None:
+        return torch.zeros(t.shape, dtype=torch.bool)
+    word, value = found
+    return t.contiguous().view(word) == value
+
 
 class _Stampable:
     _direction = None
@@ -92,9 +128,10 @@ class _Stampable:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TensorSpec(_Stampable):
-    """A tensor parameter. `init_value` is its initial content only:
+    """A tensor parameter. `init_value` is its initial content, for the golden and the kernel alike:
 
-    None -> zeros; int/float -> filled; a tensor -> converted to `dtype`;
+    None -> zeros for an input and for the golden's copy of an Out; the kernel's copy of such an Out
+    has no content (the canary, see `canary`); int/float -> filled; a tensor -> converted to `dtype`;
     torch.randn/rand/zeros/ones -> called with (shape, dtype=dtype);
     any other callable -> called with no arguments, result converted.
     Random data is never implicit; the pipeline seeds every call.
@@ -137,6 +174,12 @@ class TensorSpec(_Stampable):
         if where == STACKED and not shape:
             raise SpecError(f"spec {self.name!r}: resident={STACKED!r} needs a leading dim (one slice per rank)")
         object.__setattr__(self, "resident", None if where is False else where)
+
+    @property
+    def initialised(self) -> bool:
+        """Whether the kernel's buffer starts with content: an input's, or an Out's init_value (an Out
+        without one starts as the canary, and every element the kernel leaves is reported unwritten)."""
+        return self.is_input or self.init_value is not None
 
     def make(self) -> torch.Tensor:
         """The initial tensor; callers seed torch's RNG first."""

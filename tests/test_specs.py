@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from golden_tasks import ScalarSpec, SpecError, TensorSpec
-from golden_tasks.specs import signature_of, stamp_all
+from golden_tasks.specs import canary, signature_of, stamp_all, unwritten
 
 
 def test_init_value_rules():
@@ -86,3 +86,20 @@ def test_resident_places_a_tensor_and_enters_its_signature():
     assert signature_of(TensorSpec("x", (2, 3), torch.float32, resident=1))["resident"] == 1
     with pytest.raises(SpecError, match="needs a leading dim"):
         TensorSpec("x", (), torch.float32, resident="stacked")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
+def test_a_canary_buffer_is_unwritten_until_each_element_is_written(dtype):
+    buffer = canary((2, 3), dtype)
+    assert buffer.dtype == dtype and buffer.shape == (2, 3)
+    if dtype == torch.bool:  # no spare value: zeros, never reported
+        assert not buffer.any() and not unwritten(buffer).any()
+        return
+    assert unwritten(buffer).all()
+    buffer[0, 1] = 1
+    assert unwritten(buffer).tolist() == [[True, False, True], [True, True, True]]
+    if dtype.is_floating_point:  # a NaN, but not the NaN arithmetic makes
+        assert buffer[1].isnan().all()
+        assert not unwritten(torch.full((4,), float("nan"), dtype=dtype)).any()
+        assert not unwritten(torch.zeros(4, dtype=dtype) / 0 * 0).any()

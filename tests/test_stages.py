@@ -9,6 +9,7 @@ from golden_tasks.compare import Allclose
 from golden_tasks.errors import StageFailed
 from golden_tasks.outputs import CompileMeta, InputsMeta
 from golden_tasks.plan import Plan
+from golden_tasks.specs import signature_of, stamp_all
 from golden_tasks.stages import Outputs, Rounds, abi, dispatch, golden, golden_bench, inputs, measure, validate
 
 
@@ -51,9 +52,11 @@ def test_abi_collects_every_mismatch_into_one_message(tmp_path):
                                                "  kernel parameters with no spec: scale, out"]
 
 
-def test_inputs_are_seeded_per_spec_and_only_for_in_and_inout(upstream, tmp_path):
+def test_inputs_are_seeded_per_spec_and_hold_each_buffer_with_initial_content(upstream, tmp_path):
     checked, made = upstream
-    assert set(made.tensors) == {"x", "total"} and made.meta == InputsMeta(scalars={"scale": 2.0}, nonfinite={})
+    # the Out's init_value is its initial content (NaN marking what it need not define): not an input's NaN
+    assert set(made.tensors) == {"x", "total", "out"} and made.tensors["out"].isnan().all()
+    assert made.meta == InputsMeta(scalars={"scale": 2.0}, nonfinite={})
     again = inputs.run(CASE, PLAN, tmp_path, checked)
     assert torch.equal(again.tensors["x"], made.tensors["x"])
     reseeded = inputs.run(CASE, dataclasses.replace(PLAN, seed=4), tmp_path, checked)
@@ -81,12 +84,41 @@ def compiled(tmp_path, checked):
                                                           table=artifact.table))
 
 
-def test_dispatch_runs_on_copies_and_pure_outs_start_at_zero(upstream, tmp_path):
+def test_dispatch_runs_on_copies(upstream, tmp_path):
     checked, made = upstream
     result = dispatch.run(None, PLAN, tmp_path, checked, compiled(tmp_path, checked), made)
     assert set(result.tensors) == {"total", "out"}
     torch.testing.assert_close(result.tensors["out"], made.tensors["x"] * 2)
     assert torch.equal(made.tensors["total"], torch.ones(3, 4))
+
+
+@jit(backend="eager")
+def half(x: In, out: Out):
+    out[:2].copy_(x[:2])
+
+
+def test_an_out_without_init_value_starts_as_the_canary_and_what_is_left_is_named(tmp_path):
+    from golden_tasks.specs import unwritten
+
+    specs = [TensorSpec("x", (4, 3), torch.float32, torch.randn), TensorSpec("out", (4, 3), torch.float32)]
+    case = Case("half", specs=specs, kernel=half, golden=lambda t: t["out"][:2].copy_(t["x"][:2])).resolved()
+    plan = dataclasses.replace(PLAN, case="half", params=half.params(), signature=[signature_of(s) for s in specs])
+    checked = abi.run(None, plan, tmp_path)
+    made = inputs.run(case, plan, tmp_path, checked)
+    assert set(made.tensors) == {"x"}  # the Out has no initial content
+    artifact = half.compile(stamp_all(specs, checked.meta.table), {"backend": "eager"}, tmp_path)
+    built = Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module="golden_tasks.jit",
+                                                           table=artifact.table))
+    result = dispatch.run(None, plan, tmp_path, checked, built, made)
+    assert unwritten(result.tensors["out"][2:]).all() and not unwritten(result.tensors["out"][:2]).any()
+    # the golden's copy starts at zeros: rows 2-3 are zeros there, and the kernel never wrote them
+    expected = golden.run(case, plan, tmp_path, checked, made)
+    with pytest.raises(StageFailed) as failed:
+        validate.run(case, plan, tmp_path, result, expected, made)
+    assert "output 'out': 6 of 12 elements not written (first at (2, 0))" in str(failed.value)
+    assert "init_value=torch.zeros" in str(failed.value)
+    result.tensors["out"][2:] = 0  # the honest kernel writes every element
+    assert validate.run(case, plan, tmp_path, result, expected, made).meta.max_abs == 0.0
 
 
 def test_dispatch_refuses_an_artifact_whose_table_differs(upstream, tmp_path):

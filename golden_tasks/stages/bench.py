@@ -1,8 +1,8 @@
 """Bench: time the kernel on the cached inputs (stages.Rounds), then recheck it, in a child process per rank.
 
 Every call starts as dispatch's call did: before it, outside its time, InOut buffers are restored to
-the inputs and Out buffers to zeros, so each round does the same work and must write its outputs
-again (a kernel that leaves them alone after its first call leaves zeros). After the rounds the same
+the inputs and Out buffers to their initial content, so each round does the same work and must write
+its outputs again (a kernel that leaves them alone after its first call leaves the canary). After the rounds the same
 processes call the kernel once on the second input set (inputs2), and the outputs of the last timed
 round and of that call are judged again with the validation policy: a kernel right only on its first
 call, or one that returns a result it cached, fails here. A multi-rank kernel's calls are bracketed by
@@ -16,6 +16,7 @@ import torch
 from .. import isolate, ranks
 from ..outputs import POLICY_FILE, BenchMeta, Stats
 from . import Outputs, Rounds, StageFailed, adaptive_rounds, cache_flush, load_checked, same_bits, summary
+from .validate import blank
 
 # A rank is persistently slower when it is the slowest in this share of at least this many rounds and
 # its median exceeds the fastest rank's by this factor (noise alone rarely does all three).
@@ -23,7 +24,7 @@ IMBALANCE_SHARE, IMBALANCE_ROUNDS, IMBALANCE_RATIO = 0.75, 10, 1.10
 
 
 class _Fresh:
-    """Before a call: each Out and InOut argument back to what it held when placed (zeros; the input)."""
+    """Before a call: each Out and InOut argument back to what it held when placed (its initial content)."""
 
     def __init__(self, args: list, table: list):
         self.restore = [(a, a.clone()) for a, row in zip(args, table) if row.get("direction") in ("out", "inout")]
@@ -109,9 +110,10 @@ def imbalance(ranks_stats: list) -> str:
     return None
 
 
-def judge_again(policy: bytes, checks: dict, case: str, placement: dict) -> list:
+def judge_again(policy: bytes, checks: dict, case: str, placement: dict, blank: list) -> list:
     """Runs isolated (the policy's comparators are user code): the mismatch report of each check
-    (label -> (kernel outputs, golden outputs)) that fails (`placement`: as validate.judge takes it)."""
+    (label -> (kernel outputs, golden outputs)) that fails (`placement`, `blank`: as validate.judge
+    takes them)."""
     import cloudpickle  # noqa: PLC0415
 
     from .validate import judge  # noqa: PLC0415
@@ -119,7 +121,7 @@ def judge_again(policy: bytes, checks: dict, case: str, placement: dict) -> list
     failures = []
     for label, (actual, expected) in checks.items():
         try:
-            judge(cloudpickle.loads(policy), actual, expected, case, {}, placement)
+            judge(cloudpickle.loads(policy), actual, expected, case, {}, placement, blank)
         except StageFailed as exc:
             failures.append(f"{label}:\n{exc}")
     return failures
@@ -166,7 +168,7 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
             checks["its outputs on the second input set (seed + 1), in the same process"] = (
                 again.outputs(what), _copies(golden2.tensors))
         failures = isolate.call(judge_again, (validate.files[POLICY_FILE].read_bytes(), checks, plan.case,
-                                              abi.meta.placement),
+                                              abi.meta.placement, blank(golden, inputs)),
                                 2 * plan.timeout, f"the benchmark's recheck of {plan.case}")
         if failures:
             raise StageFailed(f"{plan.case} passed validation, but its benchmark's recheck FAILED (a kernel right "

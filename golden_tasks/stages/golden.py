@@ -24,12 +24,12 @@ def run(case, plan, workdir, abi, inputs):
 
 def arguments(case, seed: int, abi, inputs) -> dict:
     """The golden's argument dict: clones of the inputs, its own output buffers (InOut from the
-    inputs, Out from init_value under `seed`), scalars as Python values."""
+    inputs, Out from init_value, as the kernel's, or zeros), scalars as Python values."""
     args = {}
     for s in stamped_specs(case, abi):
         if s.kind == "scalar":
             args[s.name] = inputs.meta.scalars[s.name]
-        elif s.is_input:
+        elif s.name in inputs.tensors:
             args[s.name] = inputs.tensors[s.name].clone()
         else:
             args[s.name] = make(s, seed)

@@ -1,5 +1,6 @@
-"""Inputs: In and InOut tensors from their init_value, each under its own seed (stages.spec_seed),
-or read from the case's data directory."""
+"""Inputs: the initial content of the kernel's buffers: In and InOut tensors from their init_value, each
+under its own seed (stages.spec_seed), or read from the case's data directory; and Outs that declare an
+init_value (an Out without one has no content: the kernel gets it filled with the canary)."""
 import torch
 
 from .. import data
@@ -12,18 +13,20 @@ def run(case, plan, workdir, abi):
     if case.inputs_from is not None:  # checked against the specs when planned
         tensors = {s.name: data.read(case.inputs_from, "in", s.name).contiguous()
                    for s in specs if s.kind == "tensor" and s.is_input}
-        return made(specs, tensors)
+        return made(specs, tensors, plan.seed)
     return generated(specs, plan.seed)
 
 
 def generated(specs: list, seed: int) -> Outputs:
-    """The In/InOut tensors of the (stamped) specs, each from its init_value under `seed`."""
-    return made(specs, {s.name: make(s, seed) for s in specs if s.kind == "tensor" and s.is_input})
+    """The initial tensors of the (stamped) specs, each from its init_value under `seed`."""
+    return made(specs, {s.name: make(s, seed) for s in specs if s.kind == "tensor" and s.is_input}, seed)
 
 
-def made(specs: list, tensors: dict) -> Outputs:
+def made(specs: list, tensors: dict, seed: int) -> Outputs:
+    """The inputs `tensors`, with the initialised Outs made under `seed` and the scalars."""
+    outs = {s.name: make(s, seed) for s in specs if s.kind == "tensor" and not s.is_input and s.initialised}
     scalars = {s.name: s.value for s in specs if s.kind == "scalar"}
-    return Outputs(tensors=tensors, meta=InputsMeta(scalars=scalars, nonfinite=nonfinite(tensors)))
+    return Outputs(tensors={**tensors, **outs}, meta=InputsMeta(scalars=scalars, nonfinite=nonfinite(tensors)))
 
 
 def nonfinite(tensors: dict) -> dict:

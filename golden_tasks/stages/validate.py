@@ -8,7 +8,7 @@ import dataclasses
 from ..compare import Allclose, Policy, allclose
 from ..fingerprint import dumps_by_value
 from ..outputs import POLICY_FILE, ValidateMeta
-from ..specs import STACKED
+from ..specs import STACKED, unwritten
 from . import Outputs, StageFailed
 
 
@@ -21,13 +21,30 @@ def _wrong_ranks(policy: Policy, name: str, actual: dict, expected: dict) -> lis
         name, {**actual, name: actual[name][r]}, {**expected, name: expected[name][r]}).passed]
 
 
-def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict, placement=None) -> ValidateMeta:
-    """The validation report; raises StageFailed naming every mismatching output (for an output
+def not_written(actual: dict, expected: dict, blank) -> list:
+    """A message for each output of `blank` (those whose buffer started as the canary) in which the
+    kernel left elements holding it, where the golden does not."""
+    found = []
+    for name in blank:
+        left = unwritten(actual[name]) & ~unwritten(expected[name])
+        if left.any():
+            where = tuple(left.nonzero()[0].tolist())
+            found.append(f"output {name!r}: {int(left.sum())} of {left.numel()} elements not written "
+                         f"(first at {where}): an Out has no initial content unless its spec declares one; "
+                         "the kernel must write every element, or, if it accumulates into its output, the "
+                         "spec must say init_value=torch.zeros")
+    return found
+
+
+def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict, placement=None,
+          blank=()) -> ValidateMeta:
+    """The validation report; raises StageFailed naming every output the kernel left unwritten in part
+    (`blank`: the outputs that started as the canary), every mismatching output (for an output
     stacked by `placement`, name -> TensorSpec.resident as AbiMeta.placement holds it, the ranks
     whose slice is wrong), and every input that holds NaN/Inf (`nonfinite`: name -> description),
     a likely cause."""
     results = policy.check(actual, expected)
-    failed = []
+    failed = not_written(actual, expected, blank)
     for r in results:
         if r.passed:
             continue
@@ -68,6 +85,11 @@ def vacuous(policy: Policy, actual: dict, expected: dict) -> list:
     return found
 
 
+def blank(golden, inputs) -> list:
+    """The outputs whose kernel buffer started as the canary: Outs with no initial content."""
+    return [name for name in golden.tensors if name not in inputs.tensors]
+
+
 def run(case, plan, workdir, dispatch, golden, inputs):
     for upstream in (golden, dispatch):  # no golden, or no device to dispatch on
         if upstream.skipped:
@@ -77,7 +99,8 @@ def run(case, plan, workdir, dispatch, golden, inputs):
     if unknown:
         raise StageFailed(f"{plan.case}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
-    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite, case.placement())
+    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite, case.placement(),
+                 blank(golden, inputs))
     meta = dataclasses.replace(meta, warnings=vacuous(policy, dispatch.tensors, golden.tensors))
     saved = workdir / POLICY_FILE
     saved.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
