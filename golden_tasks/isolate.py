@@ -121,6 +121,11 @@ def _main_not_reimported():
         main.__dict__.update(saved)
 
 
+def pipe():
+    """(reader, writer): a one-way pipe whose writer can be handed to a child of `call`/`call_all`."""
+    return _context().Pipe(duplex=False)
+
+
 @dataclasses.dataclass
 class Outcome:
     """How an isolated call ended: "returned" (value: its result), "raised" (value: the

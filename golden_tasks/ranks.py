@@ -258,17 +258,17 @@ def unavailable(artifact, world: int) -> str:
 
 
 def run(program, artifact, placement: Placement, timeout: float, calls: float, what: str,
-        also: Placement = None) -> list:
+        also: tuple = ()) -> list:
     """Every rank's RankResult of `program` (see _rank_main) on its arguments, all ranks at once;
-    `also`: a second placement whose arguments follow each rank's first ones.
+    `also`: more placements, whose arguments follow each rank's first ones, in order.
     The ranks get `timeout` seconds for each of `calls` calls, and several ranks JOIN_SECONDS more
     to meet; a collective may wait `timeout` seconds (so a rank stuck in one lets its peers report
     before the ranks count as hung). StageFailed names the rank that failed and why."""
     world = placement.world
     budget = timeout * calls + (JOIN_SECONDS if world > 1 else 0)
     with _rendezvous(world, timeout) as address:
-        jobs = [(_rank_main, (program, artifact, args + (also.args[rank] if also else []), rank, world, address,
-                              timeout)) for rank, args in placement.args.items()]
+        jobs = [(_rank_main, (program, artifact, args + [a for more in also for a in more.args[rank]], rank, world,
+                              address, timeout)) for rank, args in placement.args.items()]
         outcomes = isolate.call_all(jobs, budget,
                                     failed=lambda o: o.kind != "returned" or isinstance(o.value, RankFailure))
     if all(o.kind == "returned" and isinstance(o.value, RankResult) for o in outcomes):

@@ -50,8 +50,9 @@ def test_runtime_dir_is_complete_linked_and_readable_without_the_package(project
     assert manifest["artifact"]["backend"] == "aoti" and (case_dir / "artifact" / "kernel.pt2").exists()
     assert manifest["profile"] == "default"
     assert sorted(manifest["tensors"]) == ["data/golden/out.bin", "data/golden2/out.bin", "data/in/eps.bin",
-                                           "data/in/weight.bin", "data/in/x.bin", "data/in2/weight.bin",
-                                           "data/in2/x.bin", "data/out/out.bin"]
+                                           "data/in/weight.bin", "data/in/x.bin",
+                                           *[f"data/in2/unseen{j}.{n}.bin" for j in range(3) for n in ("weight", "x")],
+                                           "data/in2/weight.bin", "data/in2/x.bin", "data/out/out.bin"]
     x = case_dir / "data" / "in" / "x.bin"
     record = manifest["tensors"]["data/in/x.bin"]
     cached = project.cache / "objects" / record["digest"][:2] / record["digest"]

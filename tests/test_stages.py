@@ -192,7 +192,7 @@ def test_adaptive_warmup_is_cut_short_by_a_quarter_of_the_budget_and_refreshes_e
     expensive = FakeClock([2.0] * 20)  # a 2 s call: 5 warmup calls would spend the whole 10 s budget
     refreshed = []
     times, why, warmed = adaptive_rounds(expensive.call, Rounds(warmup=5, min_rounds=3, budget=10.0),
-                                         before=lambda: refreshed.append(expensive.now), clock=expensive)
+                                         before=lambda _: refreshed.append(expensive.now), clock=expensive)
     assert warmed == 2 and why == "noise" and len(times) == 3  # 2 warmups spend 4 s > 2.5 s; no noise, 3 rounds
     assert len(refreshed) == warmed + len(times)
     agreed = FakeClock([0.1] * 20)  # this rank is quick, a peer is not: every rank stops warming up together

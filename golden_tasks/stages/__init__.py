@@ -51,41 +51,49 @@ class Rounds:
         return timeout * (self.warmup + least + 1) + (budget if self.rounds is None else 0.0)
 
 
-def adaptive_rounds(call, rule: Rounds, before=None, agree=None, clock=time.perf_counter, timer=None) -> tuple:
+def adaptive_rounds(call, rule: Rounds, before=None, agree=None, clock=time.perf_counter, timer=None,
+                    after=None, marked=None) -> tuple:
     """Time `call` as `rule` says: (round times in microseconds, why it stopped: "noise", "budget" or
-    "rounds", the warmup calls made). `before()` runs before every call, warmup included, and
-    `agree(us, elapsed_s)` after it, both outside its time; `agree` returns the values every rank
-    decides on (the slowest rank's round and elapsed time, for several ranks), so that all ranks make
-    the same calls. `timer(call)` times one call in microseconds when the clock cannot (a GPU's
-    events); the budget is kept on `clock`."""
+    "rounds", the warmup calls made). `before(i)` runs before every call and `after(i)` after it (i:
+    the timed round's index, None for a warmup call), then `agree(us, elapsed_s)`, all outside its
+    time; `agree` returns the values every rank decides on (the slowest rank's round and elapsed time,
+    for several ranks), so that all ranks make the same calls. `timer(call)` times one call in
+    microseconds when the clock cannot (a GPU's events); the budget is kept on `clock`. `marked("start")`
+    and `marked("end")` bracket the timed rounds."""
     least, most, target, budget = rule.bounds
     start, warmed = clock(), 0
     while warmed < rule.warmup:
         if before:
-            before()
+            before(None)
         call()
+        if after:
+            after(None)
         warmed += 1
         _, elapsed = agree(0.0, clock() - start) if agree else (0.0, clock() - start)
         if elapsed > budget / 4:
             break
-    times, decided, start = [], _RunningMean(), clock()
+    if marked:
+        marked("start")
+    times, decided, start, stopped = [], _RunningMean(), clock(), "rounds"
     while len(times) < most:
         if before:
-            before()
+            before(len(times))
         if timer:
             times.append(timer(call))
         else:
             t0 = clock()
             call()
             times.append((clock() - t0) * 1e6)
+        if after:
+            after(len(times) - 1)
         us, elapsed = agree(times[-1], clock() - start) if agree else (times[-1], clock() - start)
         decided.add(us)
-        if decided.count >= least:
-            if decided.rse <= target:
-                return times, "noise", warmed
-            if elapsed >= budget:
-                return times, "budget", warmed
-    return times, "rounds", warmed
+        if decided.count >= least and (decided.rse <= target or elapsed >= budget):
+            stopped = "noise" if decided.rse <= target else "budget"
+            break
+    if marked:
+        marked("end")
+    return times, stopped, warmed
 
 
 class _RunningMean:

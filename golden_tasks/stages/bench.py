@@ -1,22 +1,54 @@
-"""Bench: time the kernel on the cached inputs (stages.Rounds), then recheck it, in a child process per rank.
+"""Bench: time the kernel on work it really does, in a child process per rank, and judge again what it
+did while timed.
 
-Every call starts as dispatch's call did: before it, outside its time, InOut buffers are restored to
-the inputs and Out buffers to their initial content, so each round does the same work and must write
-its outputs again (a kernel that leaves them alone after its first call leaves the canary). After the rounds the same
-processes call the kernel once on the second input set (inputs2), and the outputs of the last timed
-round and of that call are judged again with the validation policy: a kernel right only on its first
-call, or one that returns a result it cached, fails here. A multi-rank kernel's calls are bracketed by
-barriers; each rank times its own call, a round takes as long as its slowest rank (the critical path),
-and a rank that is the slowest round after round is reported as a load imbalance.
+The argument sets. Timed rounds alternate between two sets of buffers, so consecutive rounds never see
+the same addresses: the inputs (seed), and the second input set (inputs2, seed + 1) when its golden can
+be checked, else a second copy of the inputs. A few rounds, at positions drawn for this run, use an
+input set of their own (seeds beyond those), which the kernel meets there for the first time: a kernel
+much faster on inputs it has seen than on new ones remembers its results (by shape, address or
+content), and fails, saying so. Every call starts as dispatch's call did: before it, outside its time,
+InOut buffers are restored to their inputs and Out buffers to their initial content, so each round
+does the same work and must write its outputs again.
+
+What is judged again, with the validation policy, against the golden of its set: the outputs of the
+last round on each of the two sets, and of rounds drawn at random as they run (a reservoir), copied
+out as soon as the call returns. A kernel right only on its first call, returning a result cached
+from another call, or writing its outputs after it returned, fails.
+
+What its clock cannot hide. Each rank tells the caller when its timed loop starts and ends, and the
+caller keeps its own time of both (the kernel can only make that window longer). The rounds must add up
+to at least WALL_SHARE of that window less the harness's own steps between rounds, measured by the same
+loop around a call that does nothing: a patched clock, rewritten round times or work moved into the
+untimed steps fail. So does a Python thread or a process the kernel starts during a timed call and
+leaves running when it returns (work done after the call is not timed).
+
+A multi-rank kernel's calls are bracketed by barriers; each rank times its own call, a round takes as
+long as its slowest rank (the critical path), and a rank that is the slowest round after round is
+reported as a load imbalance.
 """
+import collections
 import functools
+import random
+import secrets
+import statistics
+import threading
+import time
 
 import torch
 
 from .. import isolate, ranks
 from ..outputs import POLICY_FILE, BenchMeta, Stats
 from . import Outputs, Rounds, StageFailed, adaptive_rounds, cache_flush, load_checked, same_bits, summary
+from .inputs2 import unseen_sets
 from .validate import blank
+
+SAMPLES = 2  # rounds per checked set whose outputs are kept and judged, drawn as they run
+SEEN_RATIO = 2.0  # slower than this on new inputs than on seen ones: it remembers results
+# The rounds must add up to WALL_SHARE of the caller's window over them, less HARNESS_FACTOR times the
+# harness's steps (a no-op loop's, which run slower after a real kernel's calls have used the caches).
+WALL_SHARE, HARNESS_FACTOR, WALL_SLACK_S = 0.5, 2.0, 0.005
+NOOP_ROUNDS = 20  # rounds of the no-op call that measure the harness's own steps
+PROCESS_ROUNDS = 64  # timed rounds after each of which processes the kernel left running are looked for
 
 # A rank is persistently slower when it is the slowest in this share of at least this many rounds and
 # its median exceeds the fastest rank's by this factor (noise alone rarely does all three).
@@ -59,26 +91,117 @@ def _device(device: str) -> dict:
     return found
 
 
-def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str) -> dict:
-    """Runs in each rank. `args` holds the arguments of the timed rounds, then (when there is a second
-    input set) those of the recheck call. The rounds' times and how they ended, with `_device`."""
-    first, second = args[:len(table)], args[len(table):]
-    several = rank.world > 1
-    fresh, flush = _Fresh(first, table), cache_flush(device) if rule.flush else None
+def unseen_rounds(draw: int, rule: Rounds, sets: int) -> dict:
+    """Timed round -> the unseen set (2, 3, ...) it uses, at positions drawn from `draw` among the least
+    rounds (every rank and the caller draw the same); at most one in three of them."""
+    least = rule.bounds[0]
+    count = min(sets, (least - 1) // 3)
+    return dict(zip(random.Random(draw).sample(range(1, least), count), range(2, 2 + count)))
 
-    def before():
-        fresh()
+
+def _children() -> set:
+    """The pids of the children of this process's main thread (a thread's own are its children)."""
+    with open(f"/proc/self/task/{threading.main_thread().native_id}/children") as f:
+        return set(f.read().split())
+
+
+class _Watch:
+    """Python threads started during a call and still running when it returned, and processes alive after
+    a call (the rank process starts none of its own). Reading /proc costs ~20 us, so processes are looked
+    for after every warmup call, the first PROCESS_ROUNDS rounds and one round in 8 after them (a
+    process kept running is found at the next look)."""
+
+    def __init__(self):
+        self.found = None
+
+    def before(self) -> None:
+        self.threads = set(threading.enumerate())
+
+    def after(self, round_) -> None:
+        threads = [t.name for t in threading.enumerate() if t not in self.threads and t.is_alive()]
+        look = round_ is None or round_ < PROCESS_ROUNDS or round_ % 8 == 0
+        children = sorted(_children()) if look else []
+        if (threads or children) and self.found is None:
+            left = ([f"thread {', '.join(threads)}"] if threads else []) + (
+                [f"process {', '.join(children)}"] if children else [])
+            when = "a warmup call" if round_ is None else f"timed round {round_}"
+            self.found = (f"it left {' and '.join(left)} running when {when} returned: work done after a call "
+                          "returns is not timed, and its outputs may change after they are read")
+
+
+class _Reservoir:
+    """Copies of the outputs of up to SAMPLES rounds per checked set, drawn uniformly from its rounds as
+    they run (reservoir sampling, from `draw`: every rank keeps the same rounds). `slots[k][j]`: the
+    output buffers (argument index -> tensor) of set k's j-th sample."""
+
+    def __init__(self, draw: int, slots: list):
+        self.random, self.slots = random.Random(draw), slots
+        self.seen = [0] * len(slots)
+        self.rounds = [[None] * len(kept) for kept in slots]  # which round each slot holds
+
+    def offer(self, k: int, round_: int, args: list) -> None:
+        self.seen[k] += 1
+        j = self.seen[k] - 1 if self.seen[k] <= SAMPLES else self.random.randrange(self.seen[k])
+        if j < SAMPLES:
+            for i, slot in self.slots[k][j].items():
+                slot.copy_(args[i])
+            self.rounds[k][j] = round_
+
+
+def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str, sets: int, draw: int,
+                slots: dict, marks) -> dict:
+    """Runs in each rank. `args` holds the arguments of each of the `sets` argument sets in turn (the two
+    checked ones, then the unseen ones); `slots[rank]`: _Reservoir's buffers; `marks`: where the caller
+    keeps its own time of the loops. The rounds' times and how they ended, with `_device`."""
+    n = len(table)
+    per_set = [args[k * n:(k + 1) * n] for k in range(sets)]
+    fresh = [_Fresh(a, table) for a in per_set]
+    flush = cache_flush(device) if rule.flush else None
+    unseen, watch = unseen_rounds(draw, rule, sets - 2), _Watch()
+    reservoir = _Reservoir(draw, slots[rank.rank])
+    several = rank.world > 1
+    now = {"set": 1, "checked": 1}  # the set of the call, the checked set used last
+
+    def before(round_, noop=False):
+        if noop:
+            spare()
+        else:  # the two checked sets in turn, warmup included, but for the rounds that meet an unseen set
+            k = unseen.get(round_)
+            if k is None:
+                k = now["checked"] = 1 - now["checked"]
+            now["set"] = k
+            fresh[k]()
+        if now["set"] >= 2:  # pages and cache as warm as the sets it has seen: only the content is new
+            for a in per_set[now["set"]]:
+                if isinstance(a, torch.Tensor):
+                    a.view(-1).view(torch.uint8).sum()
         if flush:
             flush()
         if several:
             rank.sync()
+        watch.before()
 
-    times, stopped, warmed = adaptive_rounds(lambda: kernel(*first), rule, before, rank.agree if several else None,
-                                             timer=_cuda_timer() if device == "cuda" else None)
-    if second:
-        rank.sync()
-        kernel(*second)
-    return {"times": times, "stopped": stopped, "warmup": warmed, **_device(device)}
+    def after(round_):
+        watch.after(round_)
+        if round_ is not None and now["set"] < 2:
+            reservoir.offer(now["set"], round_, per_set[now["set"]])
+
+    timer = _cuda_timer() if device == "cuda" else None
+    agree = rank.agree if several else None
+    def mark(what: str) -> None:
+        marks.send_bytes(f"{rank.rank} {what}".encode())
+
+    times, stopped, warmed = adaptive_rounds(lambda: kernel(*per_set[now["set"]]), rule, before, agree,
+                                             timer=timer, after=after, marked=mark)
+    # the harness's steps alone: the same loop around a call that does nothing, after the rounds (nothing in it
+    # is a first time), restoring copies (the outputs of the last rounds are judged)
+    spare = _Fresh([a.clone() if isinstance(a, torch.Tensor) else a for a in per_set[0]], table)
+    mark("noop")
+    adaptive_rounds(lambda: None, Rounds(warmup=0, rounds=NOOP_ROUNDS), functools.partial(before, noop=True),
+                    agree, timer=timer, after=lambda i: watch.after(PROCESS_ROUNDS + i))  # looks as in late rounds
+    mark("noop-end")
+    return {"times": times, "stopped": stopped, "warmup": warmed, "left_running": watch.found,
+            "sampled": reservoir.rounds, **_device(device)}
 
 
 def rank_stats(per_rank: list, placed: list) -> dict:
@@ -87,7 +210,7 @@ def rank_stats(per_rank: list, placed: list) -> dict:
     load imbalance (or None). `per_rank`: time_kernel's answer of each rank."""
     first = per_rank[0]
     rounds = [max(times) for times in zip(*(r["times"] for r in per_rank))]
-    where = {k: v for k, v in first.items() if k not in ("times", "stopped", "warmup")}
+    where = {k: v for k, v in first.items() if k not in ("times", "stopped", "warmup", "left_running", "sampled")}
     stats = {**summary(rounds, first["stopped"], first["warmup"]), **where}
     if len(per_rank) == 1:
         return stats
@@ -141,6 +264,92 @@ def second_set(inputs, inputs2, golden2) -> str:
     return "checked"
 
 
+class _Witness:
+    """The caller's own clock over each rank's loops: the ranks send (rank, mark) through `writer`, and a
+    thread here keeps when each arrived. A kernel can send marks too, but only ever make the window
+    it is judged by longer (`window` takes the first start and the last end)."""
+
+    def __init__(self):
+        self.reader, self.writer = isolate.pipe()
+        self.arrived = collections.defaultdict(list)
+        self.thread = threading.Thread(target=self._keep, daemon=True)
+        self.thread.start()
+
+    def _keep(self) -> None:
+        while True:
+            try:
+                rank, mark = self.reader.recv_bytes(64).decode().split()
+            except EOFError:
+                return
+            except (OSError, ValueError):  # not a rank's mark: sent by a kernel, which loses its window
+                continue
+            self.arrived[int(rank), mark].append(time.monotonic())
+
+    def close(self) -> None:
+        self.writer.close()
+        self.thread.join(timeout=5.0)
+        self.reader.close()
+
+    def window(self, rank: int, start: str, end: str, shortest: bool = False) -> float:
+        """Seconds from `start` to `end` of `rank` (`shortest`: last start to first end), or None."""
+        starts, ends = self.arrived.get((rank, start)), self.arrived.get((rank, end))
+        if not starts or not ends:
+            return None
+        return (min(ends) - max(starts)) if shortest else (max(ends) - min(starts))
+
+
+def clock_check(per_rank: list, witness: _Witness) -> tuple:
+    """(rank 0's figures: its rounds' sum, the caller's window over them and the harness's steps in it,
+    in ms; why the rounds of a rank cannot be what its clock says, or None). They must add up to at
+    least WALL_SHARE of the window less the harness's steps (measured around a no-op call)."""
+    figures, why = None, None
+    for r, result in enumerate(per_rank):
+        window = witness.window(r, "start", "end")
+        harness = witness.window(r, "noop", "noop-end", shortest=True)
+        if window is None or harness is None:
+            return figures, f"rank {r} did not report its timed loop to the caller"
+        steps = max(harness, 0.0) / NOOP_ROUNDS * len(result["times"])
+        total = sum(result["times"]) / 1e6
+        if figures is None:
+            figures = {"rounds_ms": total * 1e3, "window_ms": window * 1e3, "harness_ms": steps * 1e3}
+        if why is None and total < WALL_SHARE * (window - HARNESS_FACTOR * steps) - WALL_SLACK_S:
+            why = (f"its rounds{ranks.on_rank(r, len(per_rank))} add up to {total * 1e3:.3g} ms, but the timed "
+                   f"loop took {window * 1e3:.3g} ms by the caller's clock, {steps * 1e3:.3g} ms of it the "
+                   "harness's own steps between rounds: the time was not measured on the work (a patched "
+                   "clock, rewritten round times, or work moved between the rounds)")
+    return figures, why
+
+
+def remembers(rounds: list, unseen: dict) -> str:
+    """Why the kernel looks like it remembers results (its rounds on new inputs are SEEN_RATIO times
+    slower than its rounds on inputs it has seen among the same first rounds), or None."""
+    new = [rounds[i] for i in unseen if i < len(rounds)]
+    seen = [t for i, t in enumerate(rounds[:max(unseen, default=0) + 2]) if i not in unseen]
+    if not new or not seen:
+        return None
+    if min(new) > SEEN_RATIO * statistics.median(seen):
+        return (f"its rounds on inputs it had never seen took at least {min(new):.4g} us ({len(new)} rounds), "
+                f"{min(new) / statistics.median(seen):.1f}x its rounds on inputs it had seen before (median "
+                f"{statistics.median(seen):.4g} us): a kernel that remembers results (by shape, address or "
+                "content) is timed on work it did not do")
+    return None
+
+
+def _unseen_sets(inputs, inputs2) -> list:
+    """The input sets the kernel is to meet once each (inputs2.unseen_sets), or none when they equal the
+    inputs (the specs ignore the seed) or there are none (inputs from a data directory)."""
+    made = unseen_sets(inputs2)
+    if not made or all(same_bits(t, made[0].tensors[n]) for n, t in inputs.tensors.items()):
+        return []
+    return made
+
+
+def _slots(placement) -> dict:
+    """rank -> per checked set, SAMPLES output buffers (argument index -> shared tensor) for _Reservoir."""
+    return {r: [[{i: torch.empty_like(g.tensor).share_memory_() for i, g in guards.items()}
+                 for _ in range(SAMPLES)] for _ in range(2)] for r, guards in placement.guards.items()}
+
+
 def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, golden2):
     artifact = load_checked(compile, abi)
     if reason := artifact.unavailable() or ranks.unavailable(artifact, plan.ranks):
@@ -149,29 +358,47 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
     what = f"the kernel of {plan.case} (in its benchmark)"
     judged = not validate.skipped  # a case without a golden is timed, with nothing to judge against
     second = second_set(inputs, inputs2, golden2) if judged else "not checked: the case has no golden"
-    timed = ranks.Placement(table, abi.meta.placement, inputs, plan.ranks)
-    again = (ranks.Placement(table, abi.meta.placement, inputs2, plan.ranks) if second.startswith("checked")
-             else None)
-    # each call may take up to the case's timeout; one more for loading, one for the second set
-    results = ranks.run(functools.partial(time_kernel, rule=rule, table=table, device=artifact.device),
-                        artifact, timed, plan.timeout, rule.longest(plan.timeout) / plan.timeout + 2,
-                        f"the benchmark of {plan.case}", also=again)
+    checked = second.startswith("checked")
+    used = [(inputs, golden), (inputs2, golden2) if checked else (inputs, golden)]
+    used += [(made, None) for made in _unseen_sets(inputs, inputs2)]
+    sets = [ranks.Placement(table, abi.meta.placement, given, plan.ranks) for given, _ in used]
+    draw, slots, witness = secrets.randbits(32), _slots(sets[0]), _Witness()
+    # each call may take up to the case's timeout; one more for loading, the no-op loop's time is the harness's
+    try:
+        results = ranks.run(functools.partial(time_kernel, rule=rule, table=table, device=artifact.device,
+                                              sets=len(sets), draw=draw, slots=slots, marks=witness.writer),
+                            artifact, sets[0], plan.timeout, rule.longest(plan.timeout) / plan.timeout + 2,
+                            f"the benchmark of {plan.case}", also=sets[1:])
+    finally:
+        witness.close()
     # once, after every round: a write to an input in any round persists (unless the kernel undoes it)
-    for placement, used in ((timed, inputs), (again, inputs2)):
-        if placement:
-            placement.check_inputs_untouched(used, what)
-            placement.check_guards(what)
+    for placement, (given, _) in zip(sets, used):
+        placement.check_inputs_untouched(given, what)
+        placement.check_guards(what)
+    per_rank = [r.value for r in results]
+    stats = rank_stats(per_rank, [r.placed for r in results])
+    unseen = unseen_rounds(draw, rule, len(sets) - 2)
+    stats["clock"], forged = clock_check(per_rank, witness)
+    why = next((r["left_running"] for r in per_rank if r["left_running"]), None) or forged \
+        or remembers([max(t) for t in zip(*(r["times"] for r in per_rank))], unseen)
+    if why:
+        raise StageFailed(f"{what} FAILED its timing: {why}")
     if judged:
-        # copies: a tensor mapped from a stored file cannot cross into the isolated child
-        checks = {"the outputs of its last timed round": (timed.outputs(what), _copies(golden.tensors))}
-        if again:
-            checks["its outputs on the second input set (seed + 1), in the same process"] = (
-                again.outputs(what), _copies(golden2.tensors))
+        checks = {}
+        for k, label in enumerate(("on the inputs", "on the second input set (seed + 1)" if checked
+                                   else "on a second copy of the inputs")):
+            expected = _copies(used[k][1].tensors)  # copies: a stored file's map cannot cross to the child
+            checks[f"the outputs of its last timed round {label}"] = (sets[k].outputs(what), expected)
+            for j, round_ in enumerate(per_rank[0]["sampled"][k]):
+                if round_ is not None:
+                    for r in sets[k].guards:
+                        sets[k].receive(r, slots[r][k][j])
+                    checks[f"the outputs of timed round {round_} ({label})"] = (sets[k].outputs(what), expected)
         failures = isolate.call(judge_again, (validate.files[POLICY_FILE].read_bytes(), checks, plan.case,
                                               abi.meta.placement, blank(golden, inputs)),
                                 2 * plan.timeout, f"the benchmark's recheck of {plan.case}")
         if failures:
             raise StageFailed(f"{plan.case} passed validation, but its benchmark's recheck FAILED (a kernel right "
                               "only on its first call, or returning a cached result?):\n" + "\n".join(failures))
-    stats = rank_stats([r.value for r in results], [r.placed for r in results])
+    stats["unseen_rounds"] = len(unseen)
     return Outputs(meta=BenchMeta(second_set=second), stats=Stats(kernel_us=stats))

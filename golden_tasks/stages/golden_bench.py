@@ -16,7 +16,7 @@ def run(case, plan, workdir, abi, inputs):
     initial = {name: inputs.tensors[name] for name in args if name in inputs.tensors}
     flush = cache_flush("cpu") if rule.flush else None
 
-    def before():
+    def before(_):
         for name, tensor in initial.items():
             args[name].copy_(tensor)
         if flush:
