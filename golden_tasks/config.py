@@ -19,6 +19,8 @@ WORKERS_ENV = "GOLDEN_TASKS_WORKERS"
 PROFILE_ENV = "GOLDEN_TASKS_PROFILE"
 DEFAULT_PROFILE = "default"
 RANKS_ENV = "GOLDEN_TASKS_RANKS"
+SANDBOX_ENV = "GOLDEN_TASKS_SANDBOX"
+SANDBOX_MODES = ("auto", "required", "off")
 HTML_ENV = "GOLDEN_TASKS_HTML"
 
 # Third-party warnings that say nothing about the user's kernels: torch's own deprecation chatter
@@ -80,6 +82,17 @@ def planning_context() -> str:
     """The name of what plans depend on besides sources: the profile, and a world size if one is
     set (a case's specs may follow it)."""
     return profile() + (f".ranks{ranks()}" if ranks() else "")
+
+
+def sandbox() -> str:
+    """How kernels run ($GOLDEN_TASKS_SANDBOX, set by `doit ... sandbox=MODE`): "auto" (the default)
+    confined (golden_tasks.sandbox) where this machine can confine a process and unconfined, said once
+    per run, where it cannot; "required" refuses to run a kernel it cannot confine; "off" never confines
+    (kernels you trust that must write outside: a trace, a log)."""
+    value = os.environ.get(SANDBOX_ENV) or "auto"
+    if value not in SANDBOX_MODES:
+        raise ValueError(f"sandbox={value!r} is not one of {', '.join(SANDBOX_MODES)}")
+    return value
 
 
 def _switch(name: str, default: bool) -> bool:

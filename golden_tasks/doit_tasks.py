@@ -40,7 +40,7 @@ from doit.doit_cmd import DoitMain
 from doit.exceptions import TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
-from . import config, graph, reaper, report, runtime
+from . import config, graph, reaper, report, runtime, sandbox
 from .discover import forget
 from .errors import StalePlan, VerificationFailure
 from .library import CONTEXT, Library
@@ -413,6 +413,8 @@ VARIABLE_HELP = {
     "profile": f"size profile of kernel modules that have them (${config.PROFILE_ENV}, default "
                f"{config.DEFAULT_PROFILE!r})",
     "ranks": f"world size of every multi-rank case (${config.RANKS_ENV}; default: each case's own)",
+    "sandbox": f"auto (default), required (refuse to run a kernel this machine cannot confine) or off "
+               f"(${config.SANDBOX_ENV})",
 }
 
 
@@ -625,6 +627,9 @@ class SummaryReporter(ConsoleReporter):
         draw_run()
         runs = config.runs_root(_run.root)
         self.write(f"report: {runs / 'report.json'} (also report.xml{', report.html' * config.draws_html()})\n")
+        if any(r["stages"].get("compile") == "ran" for r in rows) and config.sandbox() == "auto" \
+                and (reason := sandbox.support()):
+            self.write(f"note: kernels ran unconfined: {reason} (docs/threat-model.md)\n")
         if unjudged and not self.failures:
             for row in unjudged:
                 self.write(f"golden-tasks: {row['case']} is {row['status']} although no task failed\n")

@@ -18,6 +18,7 @@ stage whose upstream re-ran but produced the same digests is not re-run
 import dataclasses
 import functools
 import importlib
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +38,7 @@ class Stage:
     reads: tuple = ()  # upstream stages: their digests enter the key, their outputs are passed in
     after: tuple = ()  # ordering only
     live: bool = True  # runs user code (kernel body, golden, init values, comparators): in an isolated child
+    confined: bool = False  # runs the kernel's own code: in a confined child that writes nothing but its outputs
     torch: bool = True  # computes with torch (its worker sizes the thread pools first)
     budget: object = None  # live stages: plan -> seconds its isolated run may take before it counts as hung
     meta: type = Meta  # the type of its outputs' meta (golden_tasks.outputs)
@@ -69,7 +71,7 @@ def _timing(plan: Plan) -> float:
 STAGES = (
     Stage("abi", "check the specs against the kernel's parameter table", live=False, torch=False, meta=AbiMeta),
     Stage("compile", "compile the kernel for the spec shapes (scalar values are compiled in)", reads=("abi",),
-          budget=lambda plan: COMPILE_SECONDS + 2 * plan.timeout, meta=CompileMeta),
+          budget=lambda plan: COMPILE_SECONDS + 2 * plan.timeout, meta=CompileMeta, confined=True),
     Stage("inputs", "generate the seeded In/InOut tensors (or read them from a data dir)", reads=("abi",),
           budget=_making, meta=InputsMeta),
     Stage("golden", "run the golden on the inputs (or read its outputs from a data dir)", reads=("abi", "inputs"),
@@ -211,7 +213,10 @@ def _compute(stage: Stage, plan: Plan, store: Store, case, key: str, upstream: d
     user code runs in an isolated child (golden_tasks.isolate): a crash, an exit or a hang there
     fails this stage of this case only. The live case crosses by value; without one the child
     imports it (and checks it against the plan)."""
-    done = _where_it_runs(stage, plan, run_stage, (stage.name, plan, store, upstream, case))
+    if stage.confined:
+        done = _confined(stage, plan, store, upstream, case)
+    else:
+        done = _where_it_runs(stage, plan, run_stage, (stage.name, plan, store, upstream, case))
     if done[0] == "corrupt":
         raise CorruptObject(*done[1:])
     _, objects, meta, stats = done
@@ -234,6 +239,40 @@ def _where_it_runs(stage: Stage, plan: Plan, target, args: tuple):
     *rest, case = args
     return isolate.call(target, (*rest, case and _by_value(case, plan)), stage.budget(plan),
                         f"the {stage.name} stage of {plan.case}")
+
+
+def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> tuple:
+    """As run_stage, for a stage that runs the kernel's own code: its upstream outputs are loaded here,
+    the stage runs in a child confined to reading them and the user's sources and writing its work
+    directory (isolate.confinement), and what it made is hashed and stored here."""
+    from . import isolate  # noqa: PLC0415 -- imports torch: only where stages run
+
+    try:
+        inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
+    except CorruptObject as corruption:
+        return "corrupt", corruption.entry, corruption.name, corruption.problem
+    # a tensor mapped from a stored file cannot cross into the child; a copy can
+    inputs = {n: dataclasses.replace(o, tensors={k: t.clone() for k, t in o.tensors.items()})
+              for n, o in inputs.items()}
+    work = isolate.short_temp(f"golden-{stage.name}-")
+    try:
+        given = [p for o in inputs.values() for p in o.files.values()]
+        start = time.perf_counter()
+        out = isolate.call(call_stage, (stage.name, plan, inputs, Path(work), case and _by_value(case, plan)),
+                           stage.budget(plan), f"the {stage.name} stage of {plan.case}",
+                           isolate.confinement(given, writable=work))
+        elapsed = time.perf_counter() - start
+        return "done", *_stored(store, out, elapsed)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _stored(store: Store, out, elapsed: float) -> tuple:
+    """(objects, meta, stats) of a stage's Outputs, its tensors and files put in the store."""
+    objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
+    objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
+    stats = dataclasses.replace(out.stats, seconds=elapsed)
+    return objects, out.meta.to_json(), stats.to_json()
 
 
 def replay(plan: Plan, saved: dict, case, workdir: Path) -> dict:
@@ -273,11 +312,7 @@ def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case) -> tupl
     with tempfile.TemporaryDirectory(prefix=f"golden-{name}-") as work:
         start = time.perf_counter()
         out = call_stage(name, plan, inputs, Path(work), case)
-        elapsed = time.perf_counter() - start
-        objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
-        objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
-    stats = dataclasses.replace(out.stats, seconds=elapsed)
-    return "done", objects, out.meta.to_json(), stats.to_json()
+        return "done", *_stored(store, out, time.perf_counter() - start)
 
 
 def call_stage(name: str, plan: Plan, inputs: dict, workdir: Path, case):

@@ -5,7 +5,10 @@ a fork, not an interpreter start. No process a call starts outlives it: the
 child and the forkserver adopt the orphans of their descendants and die with
 their parent (golden_tasks.reaper); a child kills whatever is left below it
 before it answers, and the caller kills the child's whole tree on a hang, and
-any process it left behind on a crash. Tensors cross in shared memory: the kernel
+any process it left behind on a crash. A call given a Confinement runs confined by the operating
+system (golden_tasks.sandbox) before it unpickles or loads anything of the kernel's: it reads the
+system, the interpreter and what it is allowed, writes one private directory, which is removed
+after it, and (unless allowed) reaches no network. Tensors cross in shared memory: the kernel
 writes its outputs where the parent reads them. Output buffers sit between
 two guard regions filled with a canary; a kernel that writes past either end
 without crashing clobbers one, and the call fails naming the tensor and side.
@@ -16,16 +19,19 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
+from pathlib import Path
 
 import torch
 import torch.multiprocessing  # registers shared-memory pickling of tensors
 
-from . import reaper
+from . import config, origin, reaper, sandbox
 from .errors import StageFailed, VerificationFailure
 
 GUARD_BYTES = 4096  # a page each side; keeps the output 4 KiB-aligned like a fresh allocation
@@ -58,7 +64,67 @@ class Guarded:
         return [side for side, guard in sides if bytes(guard.numpy()) != CANARY]
 
 
-def _child(target, args, conn, environ, cwd):
+@dataclasses.dataclass(frozen=True)
+class Confinement:
+    """What a confined call may reach besides the system and the interpreter (sandbox.base_readable):
+    `readable` files and folders, and the network only with `network` (ranks meeting over loopback). It
+    writes `writable` (a directory its caller owns), else a private one removed after it."""
+    readable: tuple = ()
+    network: bool = False
+    writable: str = None
+    listable: tuple = ()  # folders whose names it may list (to import from them), never read
+
+
+def _beside(folder: Path, withheld: set, listed: list) -> list:
+    """`folder`, or, when it holds a folder of `withheld`, everything beneath it but those (the folders
+    passed on the way appended to `listed`)."""
+    if not any(folder in w.parents for w in withheld):
+        return [folder]
+    listed.append(folder)
+    return [p for child in sorted(folder.iterdir()) if child not in withheld for p in _beside(child, withheld, listed)]
+
+
+def confinement(files, network: bool = False, writable: str = None) -> Confinement:
+    """How a call that runs the kernel's code is confined: reading `files` and the user's source folders
+    (never the store or the runs: the answers are there); None with sandbox=off, or where this machine
+    cannot confine a process, unless the run requires it (config.sandbox), which is then a StageFailed."""
+    if config.sandbox() == "off":
+        return None
+    if reason := sandbox.support():
+        if config.sandbox() == "required":
+            raise StageFailed(f"sandbox=required, but this machine cannot confine the kernel's process: {reason}")
+        return None
+    withheld, listed = {config.cache_root(), config.runs_root()}, []
+    sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]
+    return Confinement((*map(str, files), *map(str, sources)), network, writable, tuple(map(str, listed)))
+
+
+# What a confined call must not inherit of the caller's environment: the run's journal, whose lines
+# the run trusts. Its caches and temporary files go to its private directory.
+_WITHHELD = ("GOLDEN_TASKS_JOURNAL",)
+_PRIVATE = ("TMPDIR", "HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME",
+            "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "MPLCONFIGDIR")
+
+
+def _confine(confinement: Confinement, private: str) -> None:
+    """Confine this process (just forked: one thread) to `confinement`, writing only `private`."""
+    for name in _WITHHELD:
+        os.environ.pop(name, None)
+    for name in _PRIVATE:
+        os.environ[name] = private
+    os.environ["NCCL_SHM_DISABLE"] = "1"  # /dev/shm is each rank's own: NCCL's ranks meet by sockets instead
+    sys.dont_write_bytecode = True
+    tempfile.tempdir = private
+    multiprocessing.current_process()._config.pop("tempdir", None)  # private: multiprocessing's own temp dir
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is not None and hasattr(codecache, "_HEADER_DIR"):  # fixed when the forkserver imported it
+        codecache._HEADER_DIR = os.path.join(private, "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+    sandbox.confine(Path(private), [*sandbox.base_readable(), *map(Path, confinement.readable)],
+                    network=confinement.network, listable=list(map(Path, confinement.listable)))
+
+
+def _child(target, args, conn, environ, cwd, confinement=None, private=None):
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the forkserver's: this process is a leaf to it
     reaper.adopt_orphans()
     reaper.die_with_parent()
@@ -66,6 +132,12 @@ def _child(target, args, conn, environ, cwd):
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
+    if confinement:
+        try:
+            _confine(confinement, private)
+        except sandbox.SandboxError as exc:  # never run the code unconfined once asked to confine it
+            conn.send((False, StageFailed(f"could not confine the kernel's process: {exc}")))
+            os._exit(1)
     try:
         result = (True, target(*args))
     except VerificationFailure as exc:  # a verdict: its message is the report
@@ -151,11 +223,13 @@ class Outcome:
 class _Call:
     """target(*args) running in a child process; its answer arrives on `connection`."""
 
-    def __init__(self, target, args: tuple):
+    def __init__(self, target, args: tuple, confinement: Confinement = None):
         ctx = _context()
         self.connection, send = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=_child, args=(target, args, send, dict(os.environ), os.getcwd()),
-                                   daemon=True)
+        self.private = (confinement.writable or short_temp("gt-")) if confinement else None
+        self.owned = bool(confinement and not confinement.writable)  # removed by close()
+        self.process = ctx.Process(target=_child, args=(target, args, send, dict(os.environ), os.getcwd(),
+                                                        confinement, self.private), daemon=True)
         _start(self.process)
         send.close()
         self.forkserver = reaper.parent_of(self.process.pid)
@@ -180,16 +254,20 @@ class _Call:
             _live_lock.notify_all()
         if self.forkserver:
             _sweep(self.forkserver)
+        if self.owned:
+            shutil.rmtree(self.private, ignore_errors=True)
 
 
-def call_all(jobs: list, timeout: float, grace: float = 1.0, failed=lambda outcome: outcome.kind != "returned") -> list:
-    """Run each (target, args) of `jobs` in its own child, all at once; their Outcomes in order.
-    A call with no answer after `timeout` seconds, or `grace` seconds after another call `failed`
-    (its peers in a collective may wait for it forever), is killed with its tree and "hung"."""
+def call_all(jobs: list, timeout: float, grace: float = 1.0, failed=lambda outcome: outcome.kind != "returned",
+             confinement: Confinement = None) -> list:
+    """Run each (target, args) of `jobs` in its own child, all at once (each confined to `confinement`, if
+    given); their Outcomes in order. A call with no answer after `timeout` seconds, or `grace` seconds
+    after another call `failed` (its peers in a collective may wait for it forever), is killed with its
+    tree and "hung"."""
     calls, outcomes = [], [None] * len(jobs)
     try:
         for target, args in jobs:
-            calls.append(_Call(target, args))
+            calls.append(_Call(target, args, confinement))
         deadline = time.monotonic() + timeout
         pending = {c.connection: i for i, c in enumerate(calls)}
         while pending:
@@ -212,10 +290,15 @@ def call_all(jobs: list, timeout: float, grace: float = 1.0, failed=lambda outco
     return outcomes
 
 
-def call(target, args: tuple, timeout: float, what: str):
-    """target(*args) in a child process; its return value, or StageFailed on a crash,
-    a hang past `timeout` seconds, or an exception (named `what` in the message)."""
-    return call_all([(target, args)], timeout)[0].result(what)
+def call(target, args: tuple, timeout: float, what: str, confinement: Confinement = None):
+    """target(*args) in a child process (confined to `confinement`, if given); its return value, or
+    StageFailed on a crash, a hang past `timeout` seconds, or an exception (named `what` in the message)."""
+    return call_all([(target, args)], timeout, confinement=confinement)[0].result(what)
+
+
+def short_temp(prefix: str) -> str:
+    """A new temporary directory with a short path (a unix socket's path inside it must fit in 107 bytes)."""
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp" if os.path.isdir("/tmp") else None)
 
 
 def _death(exitcode: int) -> str:

@@ -117,6 +117,11 @@ def _user_folders(project: tuple) -> tuple:
     return _forms(project) + _editable_sources()
 
 
+def user_folders() -> tuple:
+    """The folders of user code here: the project's (as registered) and the editable installs' sources."""
+    return _user_folders(_project)
+
+
 def library_dirs() -> tuple:
     """Every folder whose packages are library code (tiers 1 and 3 of the module docstring, less the
     user's): a package installed, upgraded or removed there changes that folder."""

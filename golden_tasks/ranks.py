@@ -266,10 +266,11 @@ def run(program, artifact, placement: Placement, timeout: float, calls: float, w
     before the ranks count as hung). StageFailed names the rank that failed and why."""
     world = placement.world
     budget = timeout * calls + (JOIN_SECONDS if world > 1 else 0)
+    confinement = isolate.confinement(artifact.files.values(), network=world > 1)
     with _rendezvous(world, timeout) as address:
         jobs = [(_rank_main, (program, artifact, args + [a for more in also for a in more.args[rank]], rank, world,
                               address, timeout)) for rank, args in placement.args.items()]
-        outcomes = isolate.call_all(jobs, budget,
+        outcomes = isolate.call_all(jobs, budget, confinement=confinement,
                                     failed=lambda o: o.kind != "returned" or isinstance(o.value, RankFailure))
     if all(o.kind == "returned" and isinstance(o.value, RankResult) for o in outcomes):
         return [o.value for o in outcomes]

@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 
+from . import sandbox
 from .hashing import digest_bytes
 
 
@@ -58,11 +59,19 @@ def _gpus(visible: str) -> str:
 def toolchain() -> dict:
     """The toolchain components that enter every stage key. Read from the environment on every call
     (a process that changes $CXX must not key with the compiler it had before), cached per value."""
-    return _toolchain(compiler(), visible_gpus())
+    return _toolchain(compiler(), visible_gpus(), confinement())
+
+
+def confinement() -> str:
+    """How kernels run here: "confined", "off" (sandbox=off), or why this machine cannot confine them.
+    A verdict made unconfined is never one a confined run reuses."""
+    from . import config  # noqa: PLC0415 -- config imports the store, which imports this module
+
+    return "off" if config.sandbox() == "off" else sandbox.support() or "confined"
 
 
 @functools.cache
-def _toolchain(cxx: tuple, visible: str) -> dict:
+def _toolchain(cxx: tuple, visible: str, confined: str) -> dict:
     return {
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         "torch": importlib.metadata.version("torch"),
@@ -70,6 +79,7 @@ def _toolchain(cxx: tuple, visible: str) -> dict:
         "nvcc": _version(("nvcc",), -1),
         "isa": f"{platform.machine()}:{_cpu_flags()}",
         "gpus": _gpus(visible),
+        "sandbox": confined,
     }
 
 

@@ -35,7 +35,8 @@ def test_cases_sharing_a_compile_key_compile_it_once_and_all_pass(tmp_path):
     proj = Project(tmp_path / "p", ())
     (proj.path / "kernels" / "seeded.py").write_text(SEEDS)
     log = tmp_path / "traces.log"
-    proc = proj.console("-n", "2", "verify", env={"GT_TRACE_LOG": str(log)})
+    # sandbox=off: a confined kernel could not write the test's log
+    proc = proj.console("-n", "2", "verify", env={"GT_TRACE_LOG": str(log), "GOLDEN_TASKS_SANDBOX": "off"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = json.loads((proj.path / "runs" / "report.json").read_text())["cases"]
     assert sorted((r["case"], r["status"]) for r in rows) == [(f"seeded_{s}", "PASS") for s in range(4)]

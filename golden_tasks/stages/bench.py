@@ -16,11 +16,12 @@ out as soon as the call returns. A kernel right only on its first call, returnin
 from another call, or writing its outputs after it returned, fails.
 
 What its clock cannot hide. Each rank tells the caller when its timed loop starts and ends, and the
-caller keeps its own time of both (the kernel can only make that window longer). The rounds must add up
-to at least WALL_SHARE of that window less the harness's own steps between rounds, measured by the same
-loop around a call that does nothing: a patched clock, rewritten round times or work moved into the
-untimed steps fail. So does a Python thread or a process the kernel starts during a timed call and
-leaves running when it returns (work done after the call is not timed).
+caller reads, from the system, how much CPU time the rank's main thread used in between (the kernel can
+only make that span longer). The rounds must add up to at least WALL_SHARE of it, less the harness's own
+steps between rounds, measured by the same loop around a call that does nothing: a patched clock,
+rewritten round times or work moved into the untimed steps fail. So does a Python thread or a process
+the kernel starts during a timed call and leaves running when it returns (work done after the call is
+not timed).
 
 A multi-rank kernel's calls are bracketed by barriers; each rank times its own call, a round takes as
 long as its slowest rank (the critical path), and a rank that is the slowest round after round is
@@ -28,6 +29,7 @@ reported as a load imbalance.
 """
 import collections
 import functools
+import os
 import random
 import secrets
 import statistics
@@ -43,11 +45,13 @@ from .inputs2 import unseen_sets
 from .validate import blank
 
 SAMPLES = 2  # rounds per checked set whose outputs are kept and judged, drawn as they run
-SEEN_RATIO = 2.0  # slower than this on new inputs than on seen ones: it remembers results
-# The rounds must add up to WALL_SHARE of the caller's window over them, less HARNESS_FACTOR times the
-# harness's steps (a no-op loop's, which run slower after a real kernel's calls have used the caches).
-WALL_SHARE, HARNESS_FACTOR, WALL_SLACK_S = 0.5, 2.0, 0.005
-NOOP_ROUNDS = 20  # rounds of the no-op call that measure the harness's own steps
+SEEN_RATIO = 3.0  # slower than this on new inputs than on seen ones (their upper quartile): it remembers results
+# The rounds must add up to WALL_SHARE of the CPU time the rank's main thread used over them, less
+# HARNESS_FACTOR times the harness's steps (a no-op loop's, which run slower after a real kernel's calls have
+# used the caches) and WALL_SLACK_S (the caller's thread that reads the CPU time at each mark may be late).
+WALL_SHARE, HARNESS_FACTOR, WALL_SLACK_S = 0.5, 2.0, 0.05
+NOOP_ROUNDS = 20  # rounds of the no-op call that measure the harness's own steps (CPU time, in the rank)
+_thread_time = time.thread_time  # bound before any kernel is loaded
 PROCESS_ROUNDS = 64  # timed rounds after each of which processes the kernel left running are looked for
 
 # A rank is persistently slower when it is the slowest in this share of at least this many rounds and
@@ -185,22 +189,29 @@ def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str
         watch.after(round_)
         if round_ is not None and now["set"] < 2:
             reservoir.offer(now["set"], round_, per_set[now["set"]])
+            now[f"timed {now['set']}"] = True
 
     timer = _cuda_timer() if device == "cuda" else None
     agree = rank.agree if several else None
     def mark(what: str) -> None:
-        marks.send_bytes(f"{rank.rank} {what}".encode())
+        marks.send_bytes(f"{rank.rank} {what} {os.getpid()}".encode())
 
     times, stopped, warmed = adaptive_rounds(lambda: kernel(*per_set[now["set"]]), rule, before, agree,
                                              timer=timer, after=after, marked=mark)
+    for k in (0, 1):  # too few rounds to meet both checked sets: the one left out is called once, untimed
+        if not now.get(f"timed {k}"):
+            fresh[k]()
+            watch.before()
+            kernel(*per_set[k])
+            watch.after(None)
     # the harness's steps alone: the same loop around a call that does nothing, after the rounds (nothing in it
     # is a first time), restoring copies (the outputs of the last rounds are judged)
     spare = _Fresh([a.clone() if isinstance(a, torch.Tensor) else a for a in per_set[0]], table)
-    mark("noop")
+    used = _thread_time()
     adaptive_rounds(lambda: None, Rounds(warmup=0, rounds=NOOP_ROUNDS), functools.partial(before, noop=True),
                     agree, timer=timer, after=lambda i: watch.after(PROCESS_ROUNDS + i))  # looks as in late rounds
-    mark("noop-end")
-    return {"times": times, "stopped": stopped, "warmup": warmed, "left_running": watch.found,
+    harness = (_thread_time() - used) / NOOP_ROUNDS
+    return {"times": times, "stopped": stopped, "warmup": warmed, "left_running": watch.found, "harness": harness,
             "sampled": reservoir.rounds, **_device(device)}
 
 
@@ -210,7 +221,8 @@ def rank_stats(per_rank: list, placed: list) -> dict:
     load imbalance (or None). `per_rank`: time_kernel's answer of each rank."""
     first = per_rank[0]
     rounds = [max(times) for times in zip(*(r["times"] for r in per_rank))]
-    where = {k: v for k, v in first.items() if k not in ("times", "stopped", "warmup", "left_running", "sampled")}
+    where = {k: v for k, v in first.items() if k not in ("times", "stopped", "warmup", "left_running", "sampled",
+                                                                 "harness")}
     stats = {**summary(rounds, first["stopped"], first["warmup"]), **where}
     if len(per_rank) == 1:
         return stats
@@ -264,10 +276,22 @@ def second_set(inputs, inputs2, golden2) -> str:
     return "checked"
 
 
+def _cpu_seconds(pid: str) -> float:
+    """The CPU time the main thread of process `pid` has used, by the scheduler's own account
+    (/proc/<pid>/schedstat): no code in that process can change it, and a loaded machine's waits are
+    not in it."""
+    try:
+        with open(f"/proc/{int(pid)}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class _Witness:
-    """The caller's own clock over each rank's loops: the ranks send (rank, mark) through `writer`, and a
-    thread here keeps when each arrived. A kernel can send marks too, but only ever make the window
-    it is judged by longer (`window` takes the first start and the last end)."""
+    """What the caller sees of each rank's loops: the ranks send (rank, mark, pid) through `writer`, and a
+    thread here keeps, for each mark, the CPU time the rank's main thread had used when it arrived. A
+    kernel can send marks too, but only ever make the span it is judged by longer (`span` takes the
+    first start and the last end)."""
 
     def __init__(self):
         self.reader, self.writer = isolate.pipe()
@@ -278,43 +302,41 @@ class _Witness:
     def _keep(self) -> None:
         while True:
             try:
-                rank, mark = self.reader.recv_bytes(64).decode().split()
+                rank, mark, pid = self.reader.recv_bytes(64).decode().split()
+                self.arrived[int(rank), mark].append(_cpu_seconds(pid))
             except EOFError:
                 return
             except (OSError, ValueError):  # not a rank's mark: sent by a kernel, which loses its window
                 continue
-            self.arrived[int(rank), mark].append(time.monotonic())
 
     def close(self) -> None:
         self.writer.close()
         self.thread.join(timeout=5.0)
         self.reader.close()
 
-    def window(self, rank: int, start: str, end: str, shortest: bool = False) -> float:
-        """Seconds from `start` to `end` of `rank` (`shortest`: last start to first end), or None."""
+    def span(self, rank: int, start: str, end: str) -> float:
+        """CPU seconds of `rank`'s main thread from `start` to `end`, or None."""
         starts, ends = self.arrived.get((rank, start)), self.arrived.get((rank, end))
-        if not starts or not ends:
-            return None
-        return (min(ends) - max(starts)) if shortest else (max(ends) - min(starts))
+        return max(ends) - min(starts) if starts and ends else None
 
 
 def clock_check(per_rank: list, witness: _Witness) -> tuple:
-    """(rank 0's figures: its rounds' sum, the caller's window over them and the harness's steps in it,
-    in ms; why the rounds of a rank cannot be what its clock says, or None). They must add up to at
-    least WALL_SHARE of the window less the harness's steps (measured around a no-op call)."""
+    """(rank 0's figures: its rounds' sum, the CPU time its main thread used over them and the harness's
+    steps' share of it, in ms; why the rounds of a rank cannot be what its clock says, or None). The
+    rounds must add up to at least WALL_SHARE of that CPU time less HARNESS_FACTOR times the harness's
+    steps (measured around a no-op call) and WALL_SLACK_S."""
     figures, why = None, None
     for r, result in enumerate(per_rank):
-        window = witness.window(r, "start", "end")
-        harness = witness.window(r, "noop", "noop-end", shortest=True)
-        if window is None or harness is None:
+        used = witness.span(r, "start", "end")
+        if used is None:
             return figures, f"rank {r} did not report its timed loop to the caller"
-        steps = max(harness, 0.0) / NOOP_ROUNDS * len(result["times"])
+        steps = result["harness"] * len(result["times"])
         total = sum(result["times"]) / 1e6
         if figures is None:
-            figures = {"rounds_ms": total * 1e3, "window_ms": window * 1e3, "harness_ms": steps * 1e3}
-        if why is None and total < WALL_SHARE * (window - HARNESS_FACTOR * steps) - WALL_SLACK_S:
-            why = (f"its rounds{ranks.on_rank(r, len(per_rank))} add up to {total * 1e3:.3g} ms, but the timed "
-                   f"loop took {window * 1e3:.3g} ms by the caller's clock, {steps * 1e3:.3g} ms of it the "
+            figures = {"rounds_ms": total * 1e3, "cpu_ms": used * 1e3, "harness_ms": steps * 1e3}
+        if why is None and total < WALL_SHARE * (used - HARNESS_FACTOR * steps) - WALL_SLACK_S:
+            why = (f"its rounds{ranks.on_rank(r, len(per_rank))} add up to {total * 1e3:.3g} ms, but its process "
+                   f"worked {used * 1e3:.3g} ms over them by the system's account, {steps * 1e3:.3g} ms of it the "
                    "harness's own steps between rounds: the time was not measured on the work (a patched "
                    "clock, rewritten round times, or work moved between the rounds)")
     return figures, why
@@ -325,13 +347,14 @@ def remembers(rounds: list, unseen: dict) -> str:
     slower than its rounds on inputs it has seen among the same first rounds), or None."""
     new = [rounds[i] for i in unseen if i < len(rounds)]
     seen = [t for i, t in enumerate(rounds[:max(unseen, default=0) + 2]) if i not in unseen]
-    if not new or not seen:
+    if not new or len(seen) < 2:
         return None
-    if min(new) > SEEN_RATIO * statistics.median(seen):
+    slow = statistics.quantiles(seen, n=4, method="inclusive")[2]  # a noisy round of the seen ones
+    if min(new) > SEEN_RATIO * slow:
         return (f"its rounds on inputs it had never seen took at least {min(new):.4g} us ({len(new)} rounds), "
-                f"{min(new) / statistics.median(seen):.1f}x its rounds on inputs it had seen before (median "
-                f"{statistics.median(seen):.4g} us): a kernel that remembers results (by shape, address or "
-                "content) is timed on work it did not do")
+                f"{min(new) / slow:.1f}x its slower rounds on inputs it had seen before (upper quartile "
+                f"{slow:.4g} us): a kernel that remembers results (by shape, address or content) is timed on "
+                "work it did not do")
     return None
 
 

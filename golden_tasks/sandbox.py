@@ -1,0 +1,373 @@
+"""Confinement, by the operating system, of a process about to run untrusted code (a kernel).
+
+A freshly forked, single-threaded child calls confine() before it loads the code; from then on the
+kernel holds it, and every thread and process it starts, whatever the code does (ctypes, a compiled
+extension, a subprocess), irreversibly. Linux only; support() says whether this machine can.
+
+What is defended, and how:
+
+- Reading: Landlock handles every filesystem right the running ABI knows and allows only reading and
+  executing beneath the `readable` paths (base_readable(): the interpreter, its packages, the system)
+  and everything beneath the one `writable` directory. Elsewhere an open is EACCES: the project's
+  cache store, runs/, other caches under /tmp, the home directory, the current directory. A rule
+  cannot deny inside an allowed directory, so the list must be precise.
+- Writing, creating, removing, truncating: only beneath `writable`. A file outside cannot be linked
+  (EXDEV) or moved (EACCES) into it, and a symlink to it leads nowhere. Character devices in
+  `readable` (/dev/null, a GPU's) may also be opened for writing, with ioctls (handled from ABI 5).
+- Network, unless `network`: a new network namespace (a down loopback and nothing else: no route,
+  no DNS), Landlock's TCP bind and connect with no rule (ABI >= 4), abstract unix sockets scoped to
+  the domain (ABI >= 6), and a seccomp filter failing connect(2), datagram unix sockets and io_uring
+  with EPERM. The filter is needed: a pathname unix socket is a file that neither Landlock (up to
+  ABI 7) nor the namespace keeps the code from, so it would reach every listener on the host this
+  user may write to -- the multiprocessing forkserver's among them, which forks an unconfined process
+  for whoever connects (tried: a child confined with network=True read the cache that way), an ssh
+  agent, docker.sock. Connected sockets and socketpairs keep working, and listening does: a tensor sent over
+  a multiprocessing connection is fetched by the receiver, outside, from a listener of the sender's.
+- Other processes: Landlock forbids ptrace-class access to processes outside the domain, so another
+  process's /proc/<pid>/environ, mem, maps, fd/, cwd, root are EACCES; and (ABI >= 6) signals to
+  them are EPERM. Signals to and /proc of the process's own descendants still work (they inherit its
+  domain), and signals from outside, a parent-death signal too, still arrive.
+- Privileges: a new user namespace (with or without `network`) takes every capability in the initial
+  one away (this matters when run as root); uid and gid map to themselves, so ownership reads as
+  before. The namespace's own capabilities are dropped too (its CAP_NET_ADMIN and CAP_SYS_ADMIN are
+  kernel attack surface), and no_new_privs keeps setuid and file capabilities from giving any back.
+- /dev/shm: a new mount namespace has a private, writable tmpfs there. glibc's shm_open(3) and
+  sem_open(3) use /dev/shm alone, and torch does: share_memory_(), a tensor sent over a
+  multiprocessing connection (file_descriptor strategy), multiprocessing.Lock() and Queue() all fail
+  without it. The host's /dev/shm, where other processes keep segments by name, is out of sight;
+  segments cross to other processes as descriptors (the file_system strategy, which passes names and
+  needs a daemon reached by connect(2), does not work).
+
+Known gaps. Landlock (ABI 7) does not check stat(2), access(2), chmod(2), chown(2), utime(2),
+setxattr(2): the metadata of a file outside whose name is known can be read and changed (a cache
+entry's size, mtime, or a mode that locks its owner out), never its content. Files and directories
+open before confine() keep their access: close what the code must not have (a directory descriptor
+gives nothing beneath it: every open's path is checked). The forked memory (objects, os.environ) is
+the code's to read: scrub secrets before forking. Other processes' /proc/<pid>/cmdline and status
+stay readable, and all of /etc (/etc/shadow too, for root). With `network`, abstract and pathname unix
+sockets on the host are reachable, the forkserver's included (see above). Below ABI 6 signals to the
+user's other processes are not stopped, below ABI 5 device ioctls are not.
+"""
+import ctypes
+import errno
+import functools
+import glob
+import os
+import platform
+import site
+import stat
+import sys
+import warnings
+from pathlib import Path
+
+MIN_ABI = 3  # the first to handle truncation: below it a file outside `writable` could be emptied
+
+# include/uapi/linux/landlock.h; the syscall numbers are the same on every architecture (since 5.1)
+SYS_landlock_create_ruleset = 444
+SYS_landlock_add_rule = 445
+SYS_landlock_restrict_self = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
+LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_ACCESS_FS_EXECUTE = 1 << 0
+LANDLOCK_ACCESS_FS_WRITE_FILE = 1 << 1
+LANDLOCK_ACCESS_FS_READ_FILE = 1 << 2
+LANDLOCK_ACCESS_FS_READ_DIR = 1 << 3
+LANDLOCK_ACCESS_FS_REMOVE_DIR = 1 << 4
+LANDLOCK_ACCESS_FS_REMOVE_FILE = 1 << 5
+LANDLOCK_ACCESS_FS_MAKE_CHAR = 1 << 6
+LANDLOCK_ACCESS_FS_MAKE_DIR = 1 << 7
+LANDLOCK_ACCESS_FS_MAKE_REG = 1 << 8
+LANDLOCK_ACCESS_FS_MAKE_SOCK = 1 << 9
+LANDLOCK_ACCESS_FS_MAKE_FIFO = 1 << 10
+LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
+LANDLOCK_ACCESS_FS_MAKE_SYM = 1 << 12
+LANDLOCK_ACCESS_FS_REFER = 1 << 13  # ABI 2
+LANDLOCK_ACCESS_FS_TRUNCATE = 1 << 14  # ABI 3
+LANDLOCK_ACCESS_FS_IOCTL_DEV = 1 << 15  # ABI 5
+LANDLOCK_ACCESS_NET_BIND_TCP = 1 << 0  # ABI 4
+LANDLOCK_ACCESS_NET_CONNECT_TCP = 1 << 1  # ABI 4
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+LANDLOCK_SCOPE_SIGNAL = 1 << 1  # ABI 6
+
+# include/uapi/linux/{sched,mount,prctl,capability,seccomp,filter,bpf_common}.h
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+PR_SET_SECCOMP = 22
+PR_SET_NO_NEW_PRIVS = 38
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SECCOMP_MODE_FILTER = 2
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_AND_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x54, 0x06
+AF_UNIX, SOCK_DGRAM, SOCK_TYPE_MASK = 1, 2, 0xF
+__X32_SYSCALL_BIT = 0x40000000
+__NR_io_uring_setup = 425  # the same everywhere
+# AUDIT_ARCH_* and __NR_socket, __NR_socketpair, __NR_connect of the architectures known here
+_ARCHES = {"x86_64": (0xC000003E, 41, 53, 42), "aarch64": (0xC00000B7, 198, 199, 203)}
+
+# the filesystem rights by the ABI that brought them; later ones are not handled (so not denied) until added here
+_FS_RIGHTS = {1: LANDLOCK_ACCESS_FS_MAKE_SYM * 2 - 1, 2: LANDLOCK_ACCESS_FS_REFER, 3: LANDLOCK_ACCESS_FS_TRUNCATE,
+              5: LANDLOCK_ACCESS_FS_IOCTL_DEV}
+FILE_READ = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_EXECUTE
+DIR_READ = FILE_READ | LANDLOCK_ACCESS_FS_READ_DIR
+FILE_RIGHTS = FILE_READ | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_TRUNCATE | LANDLOCK_ACCESS_FS_IOCTL_DEV
+DEVICE = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_IOCTL_DEV
+
+_LINUX = sys.platform.startswith("linux")
+if _LINUX:  # elsewhere support() says why not, and nothing calls libc
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.syscall.restype = ctypes.c_long
+    _libc.unshare.argtypes = [ctypes.c_int]
+    _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+class SandboxError(Exception):
+    """A confinement step failed; the process may be partly confined and must exit, not run the code."""
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1  # __attribute__((packed)): 12 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _CapUserHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapUserData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _fail(step: str, err: int | None = None) -> SandboxError:
+    err = ctypes.get_errno() if err is None else err
+    return SandboxError(f"{step}: {errno.errorcode.get(err, err)} ({os.strerror(err)})")
+
+
+def _syscall(number: int, *args: int) -> int:
+    """syscall(2) with every argument (a struct as its address) a full register, not ctypes' 32-bit int."""
+    return _libc.syscall(*(ctypes.c_long(a) for a in (number, *args)))
+
+
+def _abi() -> int:
+    """The running Landlock ABI, or -errno (ENOSYS: not built in; EOPNOTSUPP: not enabled at boot)."""
+    if not _LINUX:
+        return -errno.ENOSYS
+    abi = _syscall(SYS_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    return abi if abi >= 0 else -ctypes.get_errno()
+
+
+def _unsupported(abi: int) -> str | None:
+    if not _LINUX:
+        return f"confinement needs Linux (Landlock, namespaces, seccomp); this is {sys.platform}"
+    if platform.machine() not in _ARCHES:
+        return f"the seccomp filter knows the system calls of {' and '.join(_ARCHES)}, not of {platform.machine()}"
+    if abi == -errno.ENOSYS:
+        return "Landlock is not available (kernel without CONFIG_SECURITY_LANDLOCK)"
+    if abi == -errno.EOPNOTSUPP:
+        return "Landlock is built in but not enabled (landlock is missing from the lsm= kernel parameter)"
+    if abi < 0:
+        return f"Landlock's version query failed: {os.strerror(-abi)}"
+    if abi < MIN_ABI:
+        return f"Landlock ABI {abi} is too old: confinement needs ABI {MIN_ABI} (Linux 6.2), which handles truncation"
+    return None
+
+
+@functools.cache
+def support() -> str | None:
+    """None when this machine can confine a process (Landlock ABI >= MIN_ABI; user, network and mount
+    namespaces, a tmpfs mounted in one; seccomp), else one line saying why not. The whole of confine()
+    is tried in a forked child, which exits: this process is left as it was. Call it before forking
+    the children that confine themselves, so that they inherit the answer."""
+    if problem := _unsupported(_abi()):
+        return problem
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # the child makes system calls and exits: safe in a threaded parent
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        try:
+            confine(Path("/"), [])
+            os._exit(0)
+        except BaseException as exc:  # noqa: BLE001 -- whatever it is, the parent reports it
+            os.write(write, str(exc).encode()[:1000])
+        os._exit(1)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    os.set_blocking(read, False)  # a fork by another thread meanwhile may hold the write end: no waiting for EOF
+    try:
+        why = os.read(read, 1000).decode(errors="replace")
+    except BlockingIOError:
+        why = ""
+    finally:
+        os.close(read)
+    return None if os.waitstatus_to_exitcode(status) == 0 else f"confinement failed: {why or 'the probe died'}"
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise _fail(f"writing {text.strip()!r} to {path}", exc.errno) from None
+
+
+def _enter_namespaces(network: bool) -> None:
+    """A new user namespace owning a new mount namespace, with a private tmpfs on /dev/shm, and,
+    unless `network`, a new network namespace."""
+    uid, gid = os.geteuid(), os.getegid()
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | (0 if network else CLONE_NEWNET)) != 0:
+        raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS" + (")" if network else " | CLONE_NEWNET)"))
+    _write("/proc/self/setgroups", "deny")  # an unprivileged gid_map requires it
+    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+    if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:  # no mount propagates out, or in
+        raise _fail("making the mounts private")
+    if os.path.isdir("/dev/shm") and _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
+                                                   b"mode=1777") != 0:
+        raise _fail("mounting a private tmpfs on /dev/shm")
+
+
+def _drop_capabilities() -> None:
+    """Effective, permitted and inheritable sets emptied (the ambient set follows)."""
+    header, data = _CapUserHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapUserData * 2)()
+    if _libc.capset(ctypes.byref(header), data) != 0:
+        raise _fail("capset (dropping capabilities)")
+
+
+def _forbid_dialing() -> None:
+    """seccomp: connect(2), datagram unix sockets (sendto an address) and io_uring (connects past
+    seccomp) fail with EPERM; so does any call of a foreign ABI (i386 on x86_64, x32)."""
+    arch, nr_socket, nr_socketpair, nr_connect = _ARCHES[platform.machine()]
+    deny, allow = SECCOMP_RET_ERRNO | errno.EPERM, SECCOMP_RET_ALLOW
+    program = [  # (code, jt, jf, k): a jump skips jt or jf instructions; 14 is allow, 15 deny
+        (BPF_LD_W_ABS, 0, 0, 4),  # 0: seccomp_data.arch
+        (BPF_JEQ_K, 1, 0, arch),  # 1
+        (BPF_RET_K, 0, 0, deny),  # 2
+        (BPF_LD_W_ABS, 0, 0, 0),  # 3: seccomp_data.nr
+        (BPF_JGE_K, 10, 0, __X32_SYSCALL_BIT),  # 4
+        (BPF_JEQ_K, 9, 0, nr_connect),  # 5
+        (BPF_JEQ_K, 8, 0, __NR_io_uring_setup),  # 6
+        (BPF_JEQ_K, 1, 0, nr_socket),  # 7 -> 9
+        (BPF_JEQ_K, 0, 5, nr_socketpair),  # 8 -> 9, else allow
+        (BPF_LD_W_ABS, 0, 0, 16),  # 9: the domain, args[0] (its low half: little-endian)
+        (BPF_JEQ_K, 0, 3, AF_UNIX),  # 10
+        (BPF_LD_W_ABS, 0, 0, 24),  # 11: the type, args[1], with SOCK_CLOEXEC and SOCK_NONBLOCK
+        (BPF_AND_K, 0, 0, SOCK_TYPE_MASK),  # 12
+        (BPF_JEQ_K, 1, 0, SOCK_DGRAM),  # 13
+        (BPF_RET_K, 0, 0, allow),  # 14
+        (BPF_RET_K, 0, 0, deny),  # 15
+    ]
+    filters = (_SockFilter * len(program))(*(_SockFilter(code, jt, jf, k) for code, jt, jf, k in program))
+    fprog = _SockFprog(len(program), filters)
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        raise _fail("prctl(PR_SET_SECCOMP)")
+
+
+def _add_rule(ruleset: int, path: Path, rights: int, handled: int) -> None:
+    """Allow `rights` beneath `path` (skipped if it does not exist)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _fail(f"opening {path}", exc.errno) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISCHR(mode):
+            rights = DEVICE
+        elif not stat.S_ISDIR(mode):  # the kernel refuses directory rights on a file
+            rights &= FILE_RIGHTS
+        attr = _PathBeneathAttr(rights & handled, fd)
+        if _syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.addressof(attr), 0) != 0:
+            raise _fail(f"landlock_add_rule({path})")
+    finally:
+        os.close(fd)
+
+
+def confine(writable: Path, readable: list[Path], network: bool = False, listable: list[Path] = ()) -> None:
+    """Confine the calling process, irreversibly, with every thread and process it starts later: it
+    reads and executes only beneath `readable` (a path that does not exist is skipped; a character
+    device there may also be written, with ioctls), lists (names only, never content) the directories
+    beneath `listable`, does anything beneath the directory `writable`,
+    and reaches no network and no unix socket by name unless `network`. Only a single-threaded
+    process can be confined (right after a fork). SandboxError names the step that failed; the
+    process may then be partly confined, and must exit rather than run the code."""
+    abi = _abi()
+    if problem := _unsupported(abi):
+        raise SandboxError(problem)
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        raise SandboxError(f"the process has {threads} threads: Landlock and unshare(CLONE_NEWUSER) act on "
+                           "the calling thread alone, so only a single-threaded process (just forked) can be confined")
+    if not os.path.isdir(writable):
+        raise SandboxError(f"the writable directory {writable} is not a directory")
+    handled = sum(rights for since, rights in _FS_RIGHTS.items() if abi >= since)
+    attr = _RulesetAttr(handled, 0, 0)
+    if abi >= 4 and not network:
+        attr.handled_access_net = LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP  # no rule: none
+    if abi >= 6:  # abstract sockets belong to a network namespace: `network` leaves the host's open (NCCL's)
+        attr.scoped = LANDLOCK_SCOPE_SIGNAL | (0 if network else LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24  # an older kernel refuses fields it does not know
+    ruleset = _syscall(SYS_landlock_create_ruleset, ctypes.addressof(attr), size, 0)
+    if ruleset < 0:
+        raise _fail("landlock_create_ruleset")
+    try:  # the rules first: until unshare() a failure leaves the process as it was
+        for path in readable:
+            _add_rule(ruleset, Path(path), DIR_READ, handled)
+        for path in listable:
+            _add_rule(ruleset, Path(path), LANDLOCK_ACCESS_FS_READ_DIR, handled)
+        _add_rule(ruleset, Path(writable), handled, handled)
+        _enter_namespaces(network)
+        _add_rule(ruleset, Path("/dev/shm"), handled, handled)  # the private tmpfs just mounted
+        _drop_capabilities()
+        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
+        if not network:
+            _forbid_dialing()
+        if _syscall(SYS_landlock_restrict_self, ruleset, 0) != 0:
+            raise _fail("landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+def _linked(folder: str) -> list:
+    """Where the symbolic links directly in `folder` lead (a package tree made of links to packages
+    elsewhere): a rule holds for the file a path resolves to, not for the link."""
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(os.path.realpath(e.path)) for e in entries if e.is_symlink()]
+    except OSError:
+        return []
+
+
+def base_readable() -> list[Path]:
+    """What any confined Python + torch process reads: the Python prefixes and the import path (not ''
+    nor the current directory or one above it: a project's own sources are the caller's to add), the
+    system (/usr, /lib*, /bin, /sbin, /etc, /proc, /sys), harmless devices and the GPU's, when present."""
+    cwd = Path(os.getcwd())
+    found = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    user_site = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
+    for entry in [*sys.path, *site.getsitepackages(), *user_site]:
+        if entry and os.path.isabs(entry) and os.path.exists(entry) and not cwd.is_relative_to(entry):
+            found.append(Path(entry))
+            found += _linked(entry)
+    found += map(Path, ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys",
+                        "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"])
+    found += map(Path, sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*") + glob.glob("/run/nvidia*")))
+    return [p for p in dict.fromkeys(found) if p != cwd and os.path.exists(p)]

@@ -1,0 +1,358 @@
+"""golden_tasks.sandbox: what a confined process tries and must fail at, each beside a control that must
+work. Every confinement happens in a forked child (never this process), which reports back through a pipe."""
+import ctypes
+import errno
+import multiprocessing
+import os
+import pickle
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+import torch
+
+from golden_tasks import isolate, sandbox
+
+pytestmark = pytest.mark.skipif(sandbox.support() is not None, reason=f"no confinement: {sandbox.support()}")
+
+
+def _run_pickled(data: bytes):
+    """In a child of the isolation forkserver: the work cloudpickled in `data`, as (ok, value or exception)."""
+    work = cloudpickle.loads(data)
+    try:
+        outcome = (True, work())
+    except BaseException as exc:  # noqa: BLE001 -- reported to the parent
+        outcome = (False, exc)
+    try:
+        pickle.dumps(outcome)
+    except Exception as exc:  # noqa: BLE001 -- an unpicklable result or exception
+        outcome = (False, RuntimeError(repr(exc)))
+    return outcome
+
+
+def in_child(work):
+    """work() in a child of the isolation forkserver (one thread, as a kernel's process; a plain fork of
+    this process may carry a thread that a library's fork handler started): its return value, or the
+    exception it raised, raised here."""
+    ok, value = isolate.call(_run_pickled, (cloudpickle.dumps(work),), 60.0, "the probe")
+    if not ok:
+        raise value
+    return value
+
+
+def confined(tmp_path: Path, probes: dict, network: bool = False) -> dict:
+    """Each probe run in one child confined to write tmp_path/"private" and read base_readable(): name ->
+    what it returned, or the exception it raised."""
+    private = tmp_path / "private"
+    private.mkdir(exist_ok=True)
+
+    def work():
+        sandbox.confine(private, sandbox.base_readable(), network=network)
+        results = {}
+        for name, probe in probes.items():
+            try:
+                results[name] = probe()
+            except Exception as exc:  # noqa: BLE001 -- the outcome under test
+                results[name] = exc
+        return results
+    return in_child(work)
+
+
+@pytest.fixture
+def cache(tmp_path):
+    """A file in another directory, like an object of the cache store."""
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "obj").write_text("the golden answer")
+    return tmp_path / "cache"
+
+
+def test_reads_only_beneath_readable_and_writable(tmp_path, cache):
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "mine").write_text("mine")
+
+    def fresh_json():
+        for name in [m for m in sys.modules if m == "json" or m.startswith("json.")]:
+            del sys.modules[name]
+        import json  # the import under test: its files are read now
+        return json.dumps([1])
+
+    r = confined(tmp_path, {
+        "cache": lambda: (cache / "obj").read_text(),
+        "cache listing": lambda: os.listdir(cache),
+        "checkout": lambda: os.listdir(os.getcwd()),
+        "home": lambda: os.listdir(Path.home()),
+        "mine": lambda: (tmp_path / "private" / "mine").read_text(),
+        "stdlib": lambda: Path(os.__file__).read_text()[:20],
+        "import json": fresh_json,
+        "torch": lambda: (torch.randn(64, 64) @ torch.randn(64, 64)).shape,
+        "subprocess": lambda: subprocess.run(["true"]).returncode,
+    })
+    for attack in ("cache", "cache listing", "checkout", "home"):
+        assert isinstance(r[attack], PermissionError), (attack, r[attack])
+    assert r["mine"] == "mine" and "OS routines" in r["stdlib"] and r["import json"] == "[1]"
+    assert r["torch"] == (64, 64) and r["subprocess"] == 0
+
+
+def test_writes_only_beneath_writable(tmp_path, cache):
+    private = tmp_path / "private"
+    r = confined(tmp_path, {
+        "create": lambda: (cache / "new").write_text("x"),
+        "overwrite": lambda: (cache / "obj").write_text("forged"),
+        "truncate": lambda: os.truncate(cache / "obj", 0),
+        "remove": lambda: os.unlink(cache / "obj"),
+        "link in": lambda: os.link(cache / "obj", private / "linked"),
+        "rename in": lambda: os.rename(cache / "obj", private / "moved"),
+        "symlink, then read": lambda: (os.symlink(cache / "obj", private / "sym"), (private / "sym").read_text()),
+        "write /tmp": lambda: Path(tempfile.gettempdir(), f"golden-sandbox-{os.getpid()}").write_text("x"),
+        "write mine": lambda: (private / "new").write_text("x"),
+        "mkdir mine": lambda: (private / "dir").mkdir(),
+    })
+    for attack in ("create", "overwrite", "truncate", "remove", "rename in", "symlink, then read", "write /tmp"):
+        assert isinstance(r[attack], PermissionError), (attack, r[attack])
+    assert isinstance(r["link in"], OSError) and r["link in"].errno == errno.EXDEV  # Landlock's REFER rule
+    assert r["write mine"] == 1 and r["mkdir mine"] is None
+    assert (cache / "obj").read_text() == "the golden answer" and os.listdir(cache) == ["obj"]
+    assert (private / "new").read_text() == "x"
+
+
+def test_metadata_outside_is_landlocks_known_gap(tmp_path, cache):
+    """stat, utime and chmod are not checked (up to ABI 7): metadata is seen and changed, content never."""
+    os.chmod(cache / "obj", 0o644)
+    r = confined(tmp_path, {
+        "stat": lambda: os.stat(cache / "obj").st_size,
+        "utime": lambda: os.utime(cache / "obj", (1, 1)),
+        "chmod": lambda: os.chmod(cache / "obj", 0o640),
+        "read": lambda: (cache / "obj").read_text(),
+    })
+    assert isinstance(r["read"], PermissionError)
+    if sandbox._abi() <= 7:
+        assert r == {"stat": len("the golden answer"), "utime": None, "chmod": None, "read": r["read"]}
+        assert os.stat(cache / "obj").st_mtime == 1 and os.stat(cache / "obj").st_mode & 0o777 == 0o640
+    assert (cache / "obj").read_text() == "the golden answer"
+
+
+def test_no_network(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as tcp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp, \
+            socket.socket(socket.AF_UNIX) as unix, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as unix_dgram:
+        udp.bind(("127.0.0.1", 0))
+        unix.bind(str(tmp_path / "listener"))  # like the forkserver's: a pathname socket this user may write
+        unix.listen()
+        unix_dgram.bind(str(tmp_path / "datagrams"))  # like /dev/log
+        tcp_address, udp_address = tcp.getsockname(), udp.getsockname()  # the probes travel by value
+
+        def tcp_connect():
+            with socket.create_connection(tcp_address, timeout=2):
+                return "connected"
+
+        def udp_send():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                return s.sendto(b"leak", udp_address)
+
+        def unix_connect():
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(tmp_path / "listener"))
+                return "connected"
+
+        def unix_datagram():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                return s.sendto(b"leak", str(tmp_path / "datagrams"))
+
+        def socketpair():
+            a, b = socket.socketpair()
+            with a, b:
+                a.send(b"ok")
+                return b.recv(2)
+
+        r = confined(tmp_path, {
+            "tcp": tcp_connect, "udp": udp_send, "unix": unix_connect, "unix datagram": unix_datagram,
+            "dns": lambda: socket.getaddrinfo("example.com", 443),
+            "interfaces": lambda: [name for _, name in socket.if_nameindex()],
+            "localhost": lambda: socket.getaddrinfo("localhost", 80, socket.AF_INET)[0][4][0],
+            "socketpair": socketpair,
+        })
+        for attack in ("tcp", "udp", "unix", "unix datagram", "dns"):
+            assert isinstance(r[attack], OSError), (attack, r[attack])
+        assert r["interfaces"] == ["lo"] and r["localhost"] == "127.0.0.1" and r["socketpair"] == b"ok"
+        assert not select.select([udp, unix, unix_dgram], [], [], 0.1)[0]  # nothing arrived
+        # the controls: the listeners work, and reach a child confined with network=True
+        with socket.create_connection(tcp.getsockname()):
+            pass
+        assert confined(tmp_path, {"tcp": tcp_connect}, network=True)["tcp"] == "connected"
+
+
+def test_a_tensor_still_reaches_the_parent_over_a_connection():
+    """A connection passes a tensor as a descriptor of a /dev/shm segment (the private one) that the
+    receiver fetches from the sender's resource sharer: a unix socket listening in the sender's temporary
+    directory, which must be writable, and short (a socket's path holds at most 107 bytes)."""
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    private = Path(tempfile.mkdtemp(prefix="sandbox-"))  # not tmp_path: too long under pytest-xdist
+
+    def child():
+        sandbox.confine(private, sandbox.base_readable())
+        # Read once per process, and inherited: TMPDIR set now would change neither
+        tempfile.tempdir = str(private)
+        multiprocessing.current_process()._config.pop("tempdir", None)  # made by a forkserver's parent
+        send.send(torch.arange(4.0))
+        time.sleep(10)  # serves the descriptor until the parent has it (and kills this process)
+
+    process = ctx.Process(target=child)
+    process.start()
+    try:
+        assert receive.poll(5)
+        assert receive.recv().tolist() == [0.0, 1.0, 2.0, 3.0]
+    finally:
+        process.kill()
+        process.join()
+        shutil.rmtree(private)
+
+
+def test_shared_memory_is_private(tmp_path):
+    host_segment = Path("/dev/shm", f"golden-sandbox-{os.getpid()}")
+    host_segment.write_text("another process's segment")
+    try:
+        r = confined(tmp_path, {
+            "listing": lambda: os.listdir("/dev/shm"),
+            "open": lambda: host_segment.read_text(),
+            "share_memory_": lambda: torch.ones(10).share_memory_().sum().item(),
+            "lock": lambda: multiprocessing.Lock().acquire(),
+        })
+    finally:
+        host_segment.unlink()
+    assert host_segment.name not in r["listing"] and isinstance(r["open"], FileNotFoundError)
+    assert r["share_memory_"] == 10.0 and r["lock"] is True
+
+
+def test_other_processes_are_out_of_reach(tmp_path):
+    other = subprocess.Popen(["sleep", "30"], env={"GOLDEN_SECRET": "hunter2", "PATH": os.environ["PATH"]})
+    try:
+        deadline = time.monotonic() + 10  # the control; the environment is sleep's once it has been exec'd
+        while b"GOLDEN_SECRET=hunter2" not in Path(f"/proc/{other.pid}/environ").read_bytes():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+        def signal_own_child():
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            os.kill(pid, signal.SIGTERM)
+            return os.waitpid(pid, 0)[1]
+
+        target = other.pid  # the probes travel by value
+        r = confined(tmp_path, {
+            "environ": lambda: Path(f"/proc/{target}/environ").read_bytes(),
+            "parent's environ": lambda: Path(f"/proc/{os.getppid()}/environ").read_bytes(),
+            "mem": lambda: os.open(f"/proc/{target}/mem", os.O_RDONLY),
+            "own status": lambda: Path("/proc/self/status").read_text().splitlines()[0],
+            "own environ": lambda: len(Path("/proc/self/environ").read_bytes()) > 0,
+            "signal 0": lambda: os.kill(target, 0),
+            "SIGKILL": lambda: os.kill(target, signal.SIGKILL),
+            "own child": signal_own_child,
+            "capabilities": lambda: [line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
+                                     if line.startswith(("CapEff", "CapPrm"))],
+            "uid": os.getuid,
+        })
+        for attack in ("environ", "parent's environ", "mem"):
+            assert isinstance(r[attack], PermissionError), (attack, r[attack])
+        assert r["own status"].startswith("Name:") and r["own environ"] is True
+        if sandbox._abi() >= 6:  # signal scoping
+            assert isinstance(r["signal 0"], PermissionError) and isinstance(r["SIGKILL"], PermissionError)
+            assert other.poll() is None  # still alive
+        assert os.WIFSIGNALED(r["own child"]) and os.WTERMSIG(r["own child"]) == signal.SIGTERM
+        assert r["capabilities"] == ["0000000000000000"] * 2 and r["uid"] == os.getuid()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_parent_death_signal_still_arrives(tmp_path):
+    """golden_tasks.reaper has a child killed when its parent dies: the kernel sends that signal, and the
+    domain's signal scope (which stops the child signalling out) does not stop it coming in."""
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        if os.fork() == 0:
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG, as reaper.die_with_parent
+            sandbox.confine(tmp_path, [])
+            signal.signal(signal.SIGTERM, lambda *_: (os.write(write, b"arrived"), os._exit(0)))
+            os.write(write, b"ready ")
+            time.sleep(10)
+            os._exit(1)
+        os.read(read, 6)  # the child is confined and waits: its parent ends now
+        os._exit(0)
+    os.close(write)
+    os.waitpid(middle, 0)
+    assert select.select([read], [], [], 10)[0] and os.read(read, 100) == b"arrived"
+    os.close(read)
+
+
+def test_confine_refuses_a_threaded_process_and_changes_nothing(tmp_path, cache):
+    def work():
+        stop = threading.Event()
+        thread = threading.Thread(target=stop.wait)
+        thread.start()
+        try:
+            sandbox.confine(tmp_path, sandbox.base_readable())
+        except sandbox.SandboxError as exc:
+            return str(exc), (cache / "obj").read_text()
+        finally:
+            stop.set()
+            thread.join()
+    message, still_read = in_child(work)
+    assert "2 threads" in message and still_read == "the golden answer"
+    with pytest.raises(sandbox.SandboxError, match="not a directory"):
+        in_child(lambda: sandbox.confine(tmp_path / "missing", []))
+
+
+def test_support(monkeypatch):
+    assert sandbox.support() is None and sandbox.support.cache_info().hits > 0
+    monkeypatch.setattr(sandbox, "_abi", lambda: -errno.ENOSYS)
+    assert sandbox.support.__wrapped__() == "Landlock is not available (kernel without CONFIG_SECURITY_LANDLOCK)"
+    monkeypatch.setattr(sandbox, "_abi", lambda: 2)
+    assert "Landlock ABI 2 is too old" in sandbox.support.__wrapped__()
+
+    def on_an_old_kernel():
+        sandbox._abi = lambda: 2  # in the child
+        sandbox.confine(Path("/"), [])
+    with pytest.raises(sandbox.SandboxError, match="ABI 2 is too old"):
+        in_child(on_an_old_kernel)
+
+
+def test_base_readable_leaves_out_the_checkout(tmp_path, monkeypatch):
+    checkout = tmp_path / "checkout"
+    (checkout / "src").mkdir(parents=True)
+    monkeypatch.chdir(checkout)
+    monkeypatch.setattr(sys, "path", ["", str(checkout), str(tmp_path), str(checkout / "src"), *sys.path])
+    readable = sandbox.base_readable()
+    assert checkout not in readable and tmp_path not in readable and Path("") not in readable
+    assert checkout / "src" in readable  # beneath the checkout is the caller's business (a venv's site-packages)
+    assert Path(sys.prefix) in readable and Path("/usr") in readable and Path("/dev/null") in readable
+
+
+def test_the_sandbox_mode_enters_every_key_and_required_refuses_to_run_unconfined(monkeypatch):
+    from golden_tasks import toolchain
+    from golden_tasks.errors import StageFailed
+
+    assert toolchain.toolchain()["sandbox"] == "confined" and isolate.confinement([]) is not None
+    monkeypatch.setenv("GOLDEN_TASKS_SANDBOX", "off")
+    assert toolchain.toolchain()["sandbox"] == "off" and isolate.confinement([]) is None
+    monkeypatch.setattr(sandbox, "support", lambda: "Landlock is not available (kernel without it)")
+    monkeypatch.setenv("GOLDEN_TASKS_SANDBOX", "auto")
+    assert toolchain.toolchain()["sandbox"] == "Landlock is not available (kernel without it)"
+    assert isolate.confinement([]) is None  # runs unconfined, and the run says so
+    monkeypatch.setenv("GOLDEN_TASKS_SANDBOX", "required")
+    with pytest.raises(StageFailed, match="sandbox=required, but this machine cannot confine"):
+        isolate.confinement([])
+    monkeypatch.setenv("GOLDEN_TASKS_SANDBOX", "sometimes")
+    with pytest.raises(ValueError, match="sandbox='sometimes' is not one of auto, required, off"):
+        isolate.confinement([])
