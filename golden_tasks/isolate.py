@@ -297,8 +297,10 @@ def call(target, args: tuple, timeout: float, what: str, confinement: Confinemen
 
 
 def short_temp(prefix: str) -> str:
-    """A new temporary directory with a short path (a unix socket's path inside it must fit in 107 bytes)."""
-    return tempfile.mkdtemp(prefix=prefix, dir="/tmp" if os.path.isdir("/tmp") else None)
+    """A new temporary directory, in /tmp when the temporary folder's path is long (a unix socket's path
+    inside the directory must fit in 107 bytes)."""
+    short = len(tempfile.gettempdir()) <= 48 or not os.path.isdir("/tmp")
+    return tempfile.mkdtemp(prefix=prefix, dir=None if short else "/tmp")
 
 
 def _death(exitcode: int) -> str:

@@ -41,9 +41,9 @@ def apply_context(get: Callable) -> None:
     ranks = get("ranks", None)
     if ranks is not None and not (ranks.isdigit() and int(ranks) >= 1):
         raise ValueError(f"doit variable ranks={ranks!r} is not a world size (an integer >= 1)")
-    if get("sandbox", "auto") not in config.SANDBOX_MODES:
-        raise ValueError(f"doit variable sandbox={get('sandbox', None)!r} is not one of "
-                         f"{', '.join(config.SANDBOX_MODES)}")
+    sandbox = get("sandbox", None)
+    if sandbox is not None and sandbox not in config.SANDBOX_MODES:
+        raise ValueError(f"doit variable sandbox={sandbox!r} is not one of {', '.join(config.SANDBOX_MODES)}")
     for name, env in CONTEXT.items():
         if (value := get(name, None)) is not None:
             os.environ[env] = value

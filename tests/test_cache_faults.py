@@ -7,8 +7,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from project import Project, ran, stage_results
@@ -103,8 +105,8 @@ def test_sigkill_at_any_moment_leaves_the_cache_consistent(tmp_path):
 
 def test_sigkill_during_compile_redoes_only_what_was_unfinished(tmp_path):
     proj = Project(tmp_path / "p", ("rms_norm",))
-    scratch = tmp_path / "tmp"  # where the compile stage makes its work directory
-    scratch.mkdir()
+    # where the compile stage makes its work directory (a short path: isolate.short_temp)
+    scratch = Path(tempfile.mkdtemp(prefix="gt-scratch-", dir="/tmp"))
     proc = subprocess.Popen(proj.command("verify:rms_norm"), cwd=proj.path, env={**proj.env, "TMPDIR": str(scratch)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
@@ -114,6 +116,7 @@ def test_sigkill_during_compile_redoes_only_what_was_unfinished(tmp_path):
     assert proc.poll() is None and not proj.entries("compile")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    shutil.rmtree(scratch)
     fsck(proj)
     code, results, _, err = proj.doit("verify:rms_norm")
     assert code == 0, err

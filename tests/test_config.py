@@ -53,7 +53,7 @@ def test_profile_follows_the_environment_and_the_doit_variable(monkeypatch):
 
 def test_toolchain_names_every_component():
     tc = toolchain()
-    assert set(tc) == {"python", "torch", "cxx", "nvcc", "isa", "gpus"}
+    assert set(tc) == {"python", "torch", "cxx", "nvcc", "isa", "gpus", "sandbox"}
     assert tc["torch"].startswith("2.13.0")
     assert tc["gpus"].split()[0].isdigit()
 

@@ -1,0 +1,106 @@
+"""What the benchmark's defences (docs/threat-model.md) cost an honest kernel, side by side in one run.
+
+For honest kernels of about 10 us, 100 us and 1 ms (a matmul of three sizes):
+
+- the time the bench stage reports (its median round) against torch.utils.benchmark.Timer on the same call
+  (`blocked_autorange`, whose clock costs almost nothing per call): goal within 10%;
+- the bench stage's wall time with the defences (this checkout) and before them (`--before`, by default
+  the commit before they landed, unpacked with `git archive`), each in its own process and cache, the
+  same kernel, the same default adaptive rounds.
+
+Each figure is the median of `--repeats` alternated runs, so a drift of the machine reaches all alike.
+
+    python benchmarks/integrity.py [--before afa3949] [--repeats 3]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = {"10 us": 24, "100 us": 96, "1 ms": 224}  # matmul sizes near those times on a 2-core CPU
+
+KERNEL = '''
+import torch
+from golden_tasks import In, Out, jit
+
+
+@jit(backend="eager")
+def matmul(x: In, out: Out):
+    torch.matmul(x, x, out=out)
+
+
+def golden(t):
+    t["out"].copy_(t["x"].double().matmul(t["x"].double()).float())
+'''
+
+# Run in a checkout (PYTHONPATH): the case once, in its own cache; prints the bench's median and wall time.
+MEASURE = '''
+import json, sys, torch, golden_tasks
+from golden_tasks import TensorSpec
+from integrity_kernel import golden, matmul
+n, cache = int(sys.argv[1]), sys.argv[2]
+specs = [TensorSpec("x", (n, n), torch.float32, torch.randn), TensorSpec("out", (n, n), torch.float32)]
+result = golden_tasks.run(fn=matmul, specs=specs, golden=golden, rtol=1e-4, atol=1e-3, name=f"matmul{n}",
+                          cache_dir=cache, runs_dir=cache + "-runs")
+assert result.passed, result.error
+print(json.dumps({"median": result.bench["median"], "seconds": result.timings["bench"],
+                  "rounds": result.bench["rounds"], "threads": result.bench["threads"]}))
+'''
+
+
+def measure(tree: Path, n: int, cache: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(cache.parent)])}
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(n), str(cache)], cwd=cache.parent, env=env,
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode:
+        raise SystemExit(f"{tree}: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def timer_median(n: int, threads: int) -> float:
+    """Timer's median call on the same work, with as many threads as the bench's rounds had."""
+    import torch
+    from torch.utils.benchmark import Timer
+
+    x, out = torch.randn(n, n), torch.empty(n, n)
+    timer = Timer("torch.matmul(x, x, out=out)", globals={"torch": torch, "x": x, "out": out},
+                  num_threads=threads)
+    return timer.blocked_autorange(min_run_time=1.0).median * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="afa3949", help="the checkout without the defences (a git revision)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "integrity_kernel.py").write_text(KERNEL)
+        before = tmp / "before"
+        before.mkdir()
+        archive = subprocess.run(["git", "archive", args.before], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "x", "-C", str(before)], input=archive, check=True)
+        print(f"{'kernel':<8} {'Timer us':>9} {'bench us':>9} {'ratio':>6}   {'bench s before':>14} "
+              f"{'bench s now':>11} {'ratio':>6}   rounds before/now")
+        for label, n in SIZES.items():
+            timers, now, old = [], [], []
+            for r in range(args.repeats):
+                now.append(measure(ROOT, n, tmp / f"now{n}-{r}"))
+                timers.append(timer_median(n, now[-1]["threads"]))
+                old.append(measure(before, n, tmp / f"before{n}-{r}"))
+            timer = statistics.median(timers)
+            bench = statistics.median(m["median"] for m in now)
+            wall_now = statistics.median(m["seconds"] for m in now)
+            wall_old = statistics.median(m["seconds"] for m in old)
+            rounds = [statistics.median(m["rounds"] for m in runs) for runs in (old, now)]
+            print(f"{label:<8} {timer:>9.1f} {bench:>9.1f} {bench / timer:>5.2f}x   {wall_old:>14.2f} "
+                  f"{wall_now:>11.2f} {wall_now / wall_old:>5.2f}x   {rounds[0]:.0f}/{rounds[1]:.0f}")
+
+
+if __name__ == "__main__":
+    main()
