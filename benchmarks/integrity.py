@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZES = {"10 us": 24, "100 us": 96, "1 ms": 224}  # matmul sizes near those times on a 2-core CPU
+SIZES = {"10 us": 40, "100 us": 120, "1 ms": 400}  # matmul sizes near those times on a 2-core CPU
 
 KERNEL = '''
 import torch
