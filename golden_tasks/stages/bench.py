@@ -140,7 +140,7 @@ class _Reservoir:
 
     def __init__(self, draw: int, slots: list):
         self.random, self.slots = random.Random(draw), slots
-        self.seen = [0] * len(slots)
+        self.seen = [0] * len(slots)  # timed rounds on each set so far
         self.rounds = [[None] * len(kept) for kept in slots]  # which round each slot holds
 
     def offer(self, k: int, round_: int, args: list) -> None:
@@ -155,8 +155,9 @@ class _Reservoir:
 def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str, sets: int, draw: int,
                 slots: dict, marks) -> dict:
     """Runs in each rank. `args` holds the arguments of each of the `sets` argument sets in turn (the two
-    checked ones, then the unseen ones); `slots[rank]`: _Reservoir's buffers; `marks`: where the caller
-    keeps its own time of the loops. The rounds' times and how they ended, with `_device`."""
+    checked ones, then the unseen ones); `slots[rank]`: _Reservoir's buffers; `marks`: where the rank tells
+    the caller that its timed loop starts and ends (_Witness). The rounds' times and how they ended, with
+    `_device`."""
     n = len(table)
     per_set = [args[k * n:(k + 1) * n] for k in range(sets)]
     fresh = [_Fresh(a, table) for a in per_set]
@@ -175,7 +176,7 @@ def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str
                 k = now["checked"] = 1 - now["checked"]
             now["set"] = k
             fresh[k]()
-        if now["set"] >= 2:  # pages and cache as warm as the sets it has seen: only the content is new
+        if not noop and now["set"] >= 2:  # pages and cache as warm as the sets it has seen: only the content is new
             for a in per_set[now["set"]]:
                 if isinstance(a, torch.Tensor):
                     a.view(-1).view(torch.uint8).sum()
@@ -189,17 +190,17 @@ def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str
         watch.after(round_)
         if round_ is not None and now["set"] < 2:
             reservoir.offer(now["set"], round_, per_set[now["set"]])
-            now[f"timed {now['set']}"] = True
 
     timer = _cuda_timer() if device == "cuda" else None
     agree = rank.agree if several else None
+
     def mark(what: str) -> None:
         marks.send_bytes(f"{rank.rank} {what} {os.getpid()}".encode())
 
     times, stopped, warmed = adaptive_rounds(lambda: kernel(*per_set[now["set"]]), rule, before, agree,
                                              timer=timer, after=after, marked=mark)
     for k in (0, 1):  # too few rounds to meet both checked sets: the one left out is called once, untimed
-        if not now.get(f"timed {k}"):
+        if not reservoir.seen[k]:
             fresh[k]()
             watch.before()
             kernel(*per_set[k])
