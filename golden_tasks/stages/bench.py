@@ -16,12 +16,12 @@ out as soon as the call returns. A kernel right only on its first call, returnin
 from another call, or writing its outputs after it returned, fails.
 
 What its clock cannot hide. Each rank tells the caller when its timed loop starts and ends, and the
-caller reads, from the system, how much CPU time the rank's main thread used in between (the kernel can
-only make that span longer). The rounds must add up to at least WALL_SHARE of it, less the harness's own
-steps between rounds, measured by the same loop around a call that does nothing: a patched clock,
-rewritten round times or work moved into the untimed steps fail. So does a Python thread or a process
-the kernel starts during a timed call and leaves running when it returns (work done after the call is
-not timed).
+caller reads, from the system, how much CPU time the rank's main thread used in between, while the rank
+waits for it (the kernel can only make that span longer). The rounds must add up to at least WALL_SHARE
+of it, less the harness's own steps between rounds, measured by the same loop around a call that does
+nothing: a patched clock, rewritten round times or work moved into the untimed steps fail. So does a
+Python thread or a process the kernel starts during a timed call and leaves running when it returns
+(work done after the call is not timed).
 
 A multi-rank kernel's calls are bracketed by barriers; each rank times its own call, a round takes as
 long as its slowest rank (the critical path), and a rank that is the slowest round after round is
@@ -29,6 +29,7 @@ reported as a load imbalance.
 """
 import collections
 import functools
+import gc
 import os
 import random
 import secrets
@@ -48,8 +49,10 @@ SAMPLES = 2  # rounds per checked set whose outputs are kept and judged, drawn a
 SEEN_RATIO = 3.0  # slower than this on new inputs than on seen ones (their upper quartile): it remembers results
 # The rounds must add up to WALL_SHARE of the CPU time the rank's main thread used over them, less
 # HARNESS_FACTOR times the harness's steps (a no-op loop's, which run slower after a real kernel's calls have
-# used the caches) and WALL_SLACK_S (the caller's thread that reads the CPU time at each mark may be late).
-WALL_SHARE, HARNESS_FACTOR, WALL_SLACK_S = 0.5, 2.0, 0.05
+# used the caches) and WALL_SLACK_S (what else the harness does in the loop: an unseen set's first read, the
+# reservoir's copies). The rank waits at each mark until the caller has read its CPU time, so the span is exact.
+WALL_SHARE, HARNESS_FACTOR, WALL_SLACK_S = 0.5, 2.0, 0.002
+MARK_WAIT_S = 10.0  # how long a rank waits for the caller to read its CPU time at a mark
 NOOP_ROUNDS = 20  # rounds of the no-op call that measure the harness's own steps (CPU time, in the rank)
 _thread_time = time.thread_time  # bound before any kernel is loaded
 PROCESS_ROUNDS = 64  # timed rounds after each of which processes the kernel left running are looked for
@@ -153,11 +156,11 @@ class _Reservoir:
 
 
 def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str, sets: int, draw: int,
-                slots: dict, marks) -> dict:
+                slots: dict, marks, read: dict) -> dict:
     """Runs in each rank. `args` holds the arguments of each of the `sets` argument sets in turn (the two
     checked ones, then the unseen ones); `slots[rank]`: _Reservoir's buffers; `marks`: where the rank tells
-    the caller that its timed loop starts and ends (_Witness). The rounds' times and how they ended, with
-    `_device`."""
+    the caller that its timed loop starts and ends, `read[rank]`: where the caller answers once it has read
+    the rank's CPU time (_Witness). The rounds' times and how they ended, with `_device`."""
     n = len(table)
     per_set = [args[k * n:(k + 1) * n] for k in range(sets)]
     fresh = [_Fresh(a, table) for a in per_set]
@@ -176,10 +179,12 @@ def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str
                 k = now["checked"] = 1 - now["checked"]
             now["set"] = k
             fresh[k]()
-        if not noop and now["set"] >= 2:  # pages and cache as warm as the sets it has seen: only the content is new
+        # An unseen set's pages and cache as warm as the seen sets', so only its content is new: read here, in
+        # this thread (a torch reduction would spread it over other cores' caches and wake their threads).
+        if not noop and now["set"] >= 2:
             for a in per_set[now["set"]]:
-                if isinstance(a, torch.Tensor):
-                    a.view(-1).view(torch.uint8).sum()
+                if isinstance(a, torch.Tensor) and a.device.type == "cpu":
+                    a.view(-1).view(torch.uint8).numpy().sum()
         if flush:
             flush()
         if several:
@@ -196,9 +201,19 @@ def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str
 
     def mark(what: str) -> None:
         marks.send_bytes(f"{rank.rank} {what} {os.getpid()}".encode())
+        if read[rank.rank].poll(MARK_WAIT_S):
+            read[rank.rank].recv_bytes(8)
 
-    times, stopped, warmed = adaptive_rounds(lambda: kernel(*per_set[now["set"]]), rule, before, agree,
-                                             timer=timer, after=after, marked=mark)
+    # No collection in the loop: a pause of the garbage collector between rounds would be CPU time no round
+    # holds (timeit's rule too).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        times, stopped, warmed = adaptive_rounds(lambda: kernel(*per_set[now["set"]]), rule, before, agree,
+                                                 timer=timer, after=after, marked=mark)
+    finally:
+        if collecting:
+            gc.enable()
     for k in (0, 1):  # too few rounds to meet both checked sets: the one left out is called once, untimed
         if not reservoir.seen[k]:
             fresh[k]()
@@ -289,13 +304,16 @@ def _cpu_seconds(pid: str) -> float:
 
 
 class _Witness:
-    """What the caller sees of each rank's loops: the ranks send (rank, mark, pid) through `writer`, and a
-    thread here keeps, for each mark, the CPU time the rank's main thread had used when it arrived. A
-    kernel can send marks too, but only ever make the span it is judged by longer (`span` takes the
-    first start and the last end)."""
+    """What the caller sees of each of `world` ranks' loops: the ranks send (rank, mark, pid) through
+    `writer` and wait for `read[rank]`; a thread here keeps, for each mark, the CPU time the rank's main
+    thread had used when it arrived, then answers. A kernel can send marks too, but only ever make the
+    span it is judged by longer (`span` takes the first start and the last end) or end a rank's wait
+    early (its later work then counts)."""
 
-    def __init__(self):
+    def __init__(self, world: int):
         self.reader, self.writer = isolate.pipe()
+        answers = {r: isolate.pipe() for r in range(world)}
+        self.read, self.answer = {r: p[0] for r, p in answers.items()}, {r: p[1] for r, p in answers.items()}
         self.arrived = collections.defaultdict(list)
         self.thread = threading.Thread(target=self._keep, daemon=True)
         self.thread.start()
@@ -305,15 +323,17 @@ class _Witness:
             try:
                 rank, mark, pid = self.reader.recv_bytes(64).decode().split()
                 self.arrived[int(rank), mark].append(_cpu_seconds(pid))
+                self.answer[int(rank)].send_bytes(b"read")
             except EOFError:
                 return
-            except (OSError, ValueError):  # not a rank's mark: sent by a kernel, which loses its window
+            except (OSError, ValueError, KeyError):  # not a rank's mark: sent by a kernel, which loses its window
                 continue
 
     def close(self) -> None:
         self.writer.close()
         self.thread.join(timeout=5.0)
-        self.reader.close()
+        for connection in (self.reader, *self.read.values(), *self.answer.values()):
+            connection.close()
 
     def span(self, rank: int, start: str, end: str) -> float:
         """CPU seconds of `rank`'s main thread from `start` to `end`, or None."""
@@ -386,11 +406,12 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
     used = [(inputs, golden), (inputs2, golden2) if checked else (inputs, golden)]
     used += [(made, None) for made in _unseen_sets(inputs, inputs2)]
     sets = [ranks.Placement(table, abi.meta.placement, given, plan.ranks) for given, _ in used]
-    draw, slots, witness = secrets.randbits(32), _slots(sets[0]), _Witness()
+    draw, slots, witness = secrets.randbits(32), _slots(sets[0]), _Witness(plan.ranks)
     # each call may take up to the case's timeout; one more for loading, the no-op loop's time is the harness's
     try:
         results = ranks.run(functools.partial(time_kernel, rule=rule, table=table, device=artifact.device,
-                                              sets=len(sets), draw=draw, slots=slots, marks=witness.writer),
+                                              sets=len(sets), draw=draw, slots=slots, marks=witness.writer,
+                                              read=witness.read),
                             artifact, sets[0], plan.timeout, rule.longest(plan.timeout) / plan.timeout + 2,
                             f"the benchmark of {plan.case}", also=sets[1:])
     finally:
