@@ -1,6 +1,12 @@
 """Preloaded once by the isolation forkserver (golden_tasks.isolate): the work that every
 kernel child would otherwise repeat, inherited by each fork instead."""
+import os
 import warnings
+
+# The probe below imports torch.utils.cpp_extension, which asks torch.cuda.is_available(): asked of the
+# CUDA driver, that marks every later fork of this process unable to use CUDA ("Cannot re-initialize CUDA
+# in forked subprocess"); asked of NVML, as torch offers for processes that fork, it marks nothing.
+os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
 
 import torch._inductor.cpu_vec_isa
 

@@ -13,7 +13,7 @@ from . import config
 from .compare import Policy
 from .data import describe
 from .errors import SpecError, StalePlan
-from .fingerprint import Fingerprinter, parts
+from .fingerprint import Fingerprinter, changed_parts, parts
 from .forms import KernelForm, world_size
 from .hashing import canonical_json, digest_file
 from .observe import listed
@@ -204,7 +204,11 @@ def live_case(plan: Plan) -> Case:
             changed = [k for k in SOURCE_FIELDS
                        if canonical_json(getattr(current, k)) != canonical_json(getattr(plan, k))]
             if changed:
+                named = []
+                for k in changed:  # the function's parts that changed, where it has them
+                    inner = changed_parts(plan.parts.get(k, {}), current.parts.get(k, {}))
+                    named.append(f"{k}: {', '.join(inner)}" if inner else k)
                 raise StalePlan(f"case {plan.case!r}: its source changed since the task graph was planned "
-                                f"({', '.join(changed)}); it is planned again on the next run: run doit again")
+                                f"({'; '.join(named)}); it is planned again on the next run: run doit again")
             return resolved
     raise SpecError(f"case {plan.case!r} is no longer defined in {module.__file__}")

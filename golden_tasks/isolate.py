@@ -68,11 +68,15 @@ class Guarded:
 class Confinement:
     """What a confined call may reach besides the system and the interpreter (sandbox.base_readable):
     `readable` files and folders, and the network only with `network` (ranks meeting over loopback). It
-    writes `writable` (a directory its caller owns), else a private one removed after it."""
+    writes `writable` (a directory its caller owns), else a private one removed after it. A call that
+    uses the GPU (`gpu`) is confined as sandbox.confine says of one, `withheld` covered; any other sees
+    no GPU (its CUDA driver is never started)."""
     readable: tuple = ()
     network: bool = False
     writable: str = None
     listable: tuple = ()  # folders whose names it may list (to import from them), never read
+    gpu: bool = False
+    withheld: tuple = ()  # the store and the runs
 
 
 def _beside(folder: Path, withheld: set, listed: list) -> list:
@@ -84,10 +88,11 @@ def _beside(folder: Path, withheld: set, listed: list) -> list:
     return [p for child in sorted(folder.iterdir()) if child not in withheld for p in _beside(child, withheld, listed)]
 
 
-def confinement(files, network: bool = False, writable: str = None) -> Confinement:
+def confinement(files, network: bool = False, writable: str = None, gpu: bool = False) -> Confinement:
     """How a call that runs the kernel's code is confined: reading `files` and the user's source folders
     (never the store or the runs: the answers are there); None with sandbox=off, or where this machine
-    cannot confine a process, unless the run requires it (config.sandbox), which is then a StageFailed."""
+    cannot confine a process, unless the run requires it (config.sandbox), which is then a StageFailed.
+    `gpu`: the call runs the kernel on a GPU (sandbox.GPU_GAPS)."""
     if config.sandbox() == "off":
         return None
     if reason := sandbox.support():
@@ -96,7 +101,8 @@ def confinement(files, network: bool = False, writable: str = None) -> Confineme
         return None
     withheld, listed = {config.cache_root(), config.runs_root()}, []
     sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]
-    return Confinement((*map(str, files), *map(str, sources)), network, writable, tuple(map(str, listed)))
+    return Confinement((*map(str, files), *map(str, sources)), network, writable, tuple(map(str, listed)), gpu,
+                       tuple(map(str, withheld)))
 
 
 # What a confined call must not inherit of the caller's environment: the run's journal, whose lines
@@ -113,6 +119,8 @@ def _confine(confinement: Confinement, private: str) -> None:
     for name in _PRIVATE:
         os.environ[name] = private
     os.environ["NCCL_SHM_DISABLE"] = "1"  # /dev/shm is each rank's own: NCCL's ranks meet by sockets instead
+    if not confinement.gpu:  # no GPU, and torch counts none without asking a driver (torch.cuda.device_count)
+        os.environ.update(CUDA_VISIBLE_DEVICES="", PYTORCH_NVML_BASED_CUDA_CHECK="1")
     sys.dont_write_bytecode = True
     tempfile.tempdir = private
     multiprocessing.current_process()._config.pop("tempdir", None)  # private: multiprocessing's own temp dir
@@ -121,7 +129,8 @@ def _confine(confinement: Confinement, private: str) -> None:
         codecache._HEADER_DIR = os.path.join(private, "precompiled_headers")
         codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
     sandbox.confine(Path(private), [*sandbox.base_readable(), *map(Path, confinement.readable)],
-                    network=confinement.network, listable=list(map(Path, confinement.listable)))
+                    network=confinement.network, listable=list(map(Path, confinement.listable)),
+                    gpu_hidden=list(map(Path, confinement.withheld)) if confinement.gpu else None)
 
 
 def _child(target, args, conn, environ, cwd, confinement=None, private=None):

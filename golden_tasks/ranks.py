@@ -266,7 +266,7 @@ def run(program, artifact, placement: Placement, timeout: float, calls: float, w
     before the ranks count as hung). StageFailed names the rank that failed and why."""
     world = placement.world
     budget = timeout * calls + (JOIN_SECONDS if world > 1 else 0)
-    confinement = isolate.confinement(artifact.files.values(), network=world > 1)
+    confinement = isolate.confinement(artifact.files.values(), network=world > 1, gpu=artifact.device == "cuda")
     with _rendezvous(world, timeout) as address:
         jobs = [(_rank_main, (program, artifact, args + [a for more in also for a in more.args[rank]], rank, world,
                               address, timeout)) for rank, args in placement.args.items()]

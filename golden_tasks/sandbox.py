@@ -47,6 +47,8 @@ the code's to read: scrub secrets before forking. Other processes' /proc/<pid>/c
 stay readable, and all of /etc (/etc/shadow too, for root). With `network`, abstract and pathname unix
 sockets on the host are reachable, the forkserver's included (see above). Below ABI 6 signals to the
 user's other processes are not stopped, below ABI 5 device ioctls are not.
+
+A process that uses a GPU is confined without Landlock (see confine): GPU_GAPS.
 """
 import ctypes
 import errno
@@ -93,7 +95,7 @@ LANDLOCK_SCOPE_SIGNAL = 1 << 1  # ABI 6
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -122,6 +124,11 @@ if _LINUX:  # elsewhere support() says why not, and nothing calls libc
     _libc.unshare.argtypes = [ctypes.c_int]
     _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+GPU_GAPS = ("a kernel that runs on the GPU is confined without Landlock, which stops the CUDA driver: the "
+            "store and runs/ are covered by empty mounts, but the rest of what the user may read or write "
+            "(other checkouts' caches, the home directory), other processes' /proc and signals stay open to it")
 
 
 class SandboxError(Exception):
@@ -227,9 +234,9 @@ def _write(path: str, text: str) -> None:
         raise _fail(f"writing {text.strip()!r} to {path}", exc.errno) from None
 
 
-def _enter_namespaces(network: bool) -> None:
-    """A new user namespace owning a new mount namespace, with a private tmpfs on /dev/shm, and,
-    unless `network`, a new network namespace."""
+def _enter_namespaces(network: bool, hidden=()) -> None:
+    """A new user namespace owning a new mount namespace, with a private tmpfs on /dev/shm and an empty
+    read-only one on each folder of `hidden`, and, unless `network`, a new network namespace."""
     uid, gid = os.geteuid(), os.getegid()
     if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | (0 if network else CLONE_NEWNET)) != 0:
         raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS" + (")" if network else " | CLONE_NEWNET)"))
@@ -241,6 +248,10 @@ def _enter_namespaces(network: bool) -> None:
     if os.path.isdir("/dev/shm") and _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
                                                    b"mode=1777") != 0:
         raise _fail("mounting a private tmpfs on /dev/shm")
+    for folder in hidden:
+        if os.path.isdir(folder) and _libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs",
+                                                 MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k") != 0:
+            raise _fail(f"covering {folder}")
 
 
 def _drop_capabilities() -> None:
@@ -279,6 +290,16 @@ def _forbid_dialing() -> None:
         raise _fail("prctl(PR_SET_SECCOMP)")
 
 
+def _leave_host(network: bool, hidden=()) -> None:
+    """Namespaces (_enter_namespaces), no capabilities, no_new_privs and, unless `network`, no dialing."""
+    _enter_namespaces(network, hidden)
+    _drop_capabilities()
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
+    if not network:
+        _forbid_dialing()
+
+
 def _add_rule(ruleset: int, path: Path, rights: int, handled: int) -> None:
     """Allow `rights` beneath `path` (skipped if it does not exist)."""
     try:
@@ -300,14 +321,21 @@ def _add_rule(ruleset: int, path: Path, rights: int, handled: int) -> None:
         os.close(fd)
 
 
-def confine(writable: Path, readable: list[Path], network: bool = False, listable: list[Path] = ()) -> None:
+def confine(writable: Path, readable: list[Path], network: bool = False, listable: list[Path] = (),
+            gpu_hidden: list[Path] = None) -> None:
     """Confine the calling process, irreversibly, with every thread and process it starts later: it
     reads and executes only beneath `readable` (a path that does not exist is skipped; a character
     device there may also be written, with ioctls), lists (names only, never content) the directories
     beneath `listable`, does anything beneath the directory `writable`,
     and reaches no network and no unix socket by name unless `network`. Only a single-threaded
     process can be confined (right after a fork). SandboxError names the step that failed; the
-    process may then be partly confined, and must exit rather than run the code."""
+    process may then be partly confined, and must exit rather than run the code.
+
+    A process that uses a GPU passes `gpu_hidden`: the CUDA driver does not start under these Landlock
+    rules (cudaGetDeviceCount: error 304, seen on an H200 with driver 580, Linux 6.18, where it starts
+    with everything else here), so such a process is not Landlocked. The folders of `gpu_hidden` are
+    covered by empty read-only mounts instead; `readable` and `listable` are not enforced, and
+    everything else the user may read or write stays open to it (GPU_GAPS)."""
     abi = _abi()
     if problem := _unsupported(abi):
         raise SandboxError(problem)
@@ -317,6 +345,9 @@ def confine(writable: Path, readable: list[Path], network: bool = False, listabl
                            "the calling thread alone, so only a single-threaded process (just forked) can be confined")
     if not os.path.isdir(writable):
         raise SandboxError(f"the writable directory {writable} is not a directory")
+    if gpu_hidden is not None:
+        _leave_host(network, gpu_hidden)
+        return
     handled = sum(rights for since, rights in _FS_RIGHTS.items() if abi >= since)
     attr = _RulesetAttr(handled, 0, 0)
     if abi >= 4 and not network:
@@ -333,13 +364,8 @@ def confine(writable: Path, readable: list[Path], network: bool = False, listabl
         for path in listable:
             _add_rule(ruleset, Path(path), LANDLOCK_ACCESS_FS_READ_DIR, handled)
         _add_rule(ruleset, Path(writable), handled, handled)
-        _enter_namespaces(network)
+        _leave_host(network)
         _add_rule(ruleset, Path("/dev/shm"), handled, handled)  # the private tmpfs just mounted
-        _drop_capabilities()
-        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
-        if not network:
-            _forbid_dialing()
         if _syscall(SYS_landlock_restrict_self, ruleset, 0) != 0:
             raise _fail("landlock_restrict_self")
     finally:

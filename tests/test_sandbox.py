@@ -49,14 +49,14 @@ def in_child(work):
     return value
 
 
-def confined(tmp_path: Path, probes: dict, network: bool = False) -> dict:
-    """Each probe run in one child confined to write tmp_path/"private" and read base_readable(): name ->
-    what it returned, or the exception it raised."""
+def confined(tmp_path: Path, probes: dict, network: bool = False, gpu_hidden=None) -> dict:
+    """Each probe run in one child confined to write tmp_path/"private" and read base_readable() (or, with
+    `gpu_hidden`, as a process that uses a GPU): name -> what it returned, or the exception it raised."""
     private = tmp_path / "private"
     private.mkdir(exist_ok=True)
 
     def work():
-        sandbox.confine(private, sandbox.base_readable(), network=network)
+        sandbox.confine(private, sandbox.base_readable(), network=network, gpu_hidden=gpu_hidden)
         results = {}
         for name, probe in probes.items():
             try:
@@ -122,6 +122,41 @@ def test_writes_only_beneath_writable(tmp_path, cache):
     assert r["write mine"] == 1 and r["mkdir mine"] is None
     assert (cache / "obj").read_text() == "the golden answer" and os.listdir(cache) == ["obj"]
     assert (private / "new").read_text() == "x"
+
+
+def test_a_gpu_process_finds_the_store_covered_and_no_network(tmp_path, cache):
+    """Without Landlock (the CUDA driver does not start under it), the withheld folders are covered by
+    empty read-only mounts; the files beneath them are untouched, and what is not withheld stays open
+    (sandbox.GPU_GAPS)."""
+    (tmp_path / "elsewhere").write_text("open")
+    r = confined(tmp_path, {
+        "cache listing": lambda: os.listdir(cache),
+        "cache": lambda: (cache / "obj").read_text(),
+        "overwrite": lambda: (cache / "obj").write_text("forged"),
+        "create": lambda: (cache / "new").write_text("x"),
+        "network": lambda: socket.create_connection(("127.0.0.1", 9), timeout=2),
+        "elsewhere": lambda: (tmp_path / "elsewhere").read_text(),
+        "write mine": lambda: (tmp_path / "private" / "new").write_text("x"),
+        "torch": lambda: (torch.randn(8, 8) @ torch.randn(8, 8)).shape,
+    }, gpu_hidden=[cache])
+    assert r["cache listing"] == []
+    assert isinstance(r["cache"], FileNotFoundError)
+    for attack in ("overwrite", "create"):
+        assert isinstance(r[attack], OSError) and r[attack].errno == errno.EROFS, (attack, r[attack])
+    assert isinstance(r["network"], OSError)
+    assert r["elsewhere"] == "open" and r["write mine"] == 1 and r["torch"] == (8, 8)
+    assert (cache / "obj").read_text() == "the golden answer" and os.listdir(cache) == ["obj"]
+
+
+def test_a_confined_cpu_kernel_sees_no_gpu(tmp_path):
+    """A process confined for a CPU kernel has no GPU: torch counts none without starting a CUDA driver."""
+    def probe():
+        return os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count()
+    work = (cloudpickle.dumps(probe),)
+    cpu = isolate.call(_run_pickled, work, 60.0, "the probe", isolate.Confinement(writable=str(tmp_path)))
+    gpu = isolate.call(_run_pickled, work, 60.0, "the probe", isolate.Confinement(writable=str(tmp_path), gpu=True))
+    assert cpu == (True, ("", 0))
+    assert gpu[1][0] == os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def test_metadata_outside_is_landlocks_known_gap(tmp_path, cache):
