@@ -56,6 +56,8 @@ import functools
 import glob
 import os
 import platform
+import shlex
+import shutil
 import site
 import stat
 import sys
@@ -382,10 +384,24 @@ def _linked(folder: str) -> list:
         return []
 
 
+def _compiler_trees() -> list[Path]:
+    """Where the compilers that @cpp and AOTInductor run live when not under /usr ($CXX's words, c++, nvcc,
+    as found on PATH, links followed): the bin, lib, lib64, libexec and include folders beside their
+    own, which hold the tools and headers they run and read (never the whole prefix: a home directory's
+    ~/bin would open the home directory)."""
+    found = []
+    for name in (*shlex.split(os.environ.get("CXX", "")), "c++", "nvcc"):
+        if path := shutil.which(name):
+            for tool in (Path(path), Path(os.path.realpath(path))):
+                found += [tool.parent.parent / part for part in ("bin", "lib", "lib64", "libexec", "include")]
+    return found
+
+
 def base_readable() -> list[Path]:
     """What any confined Python + torch process reads: the Python prefixes and the import path (not ''
     nor the current directory or one above it: a project's own sources are the caller's to add), the
-    system (/usr, /lib*, /bin, /sbin, /etc, /proc, /sys), harmless devices and the GPU's, when present."""
+    system (/usr, /lib*, /bin, /sbin, /etc, /proc, /sys), the compilers' trees, harmless devices and the
+    GPU's, when present."""
     cwd = Path(os.getcwd())
     found = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     user_site = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
@@ -395,5 +411,6 @@ def base_readable() -> list[Path]:
             found += _linked(entry)
     found += map(Path, ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys",
                         "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"])
+    found += _compiler_trees()
     found += map(Path, sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*") + glob.glob("/run/nvidia*")))
     return [p for p in dict.fromkeys(found) if p != cwd and os.path.exists(p)]

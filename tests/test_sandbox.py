@@ -374,6 +374,26 @@ def test_base_readable_leaves_out_the_checkout(tmp_path, monkeypatch):
     assert Path(sys.prefix) in readable and Path("/usr") in readable and Path("/dev/null") in readable
 
 
+def test_a_compiler_installed_elsewhere_runs_confined(tmp_path, monkeypatch):
+    """A compiler outside /usr (a toolchain under /opt, say) is found on PATH, and its tree beside its
+    bin/ is readable and runnable, never the folder above it."""
+    tree = tmp_path / "toolchain"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "libexec").mkdir()
+    (tree / "libexec" / "cc1").write_text("#!/bin/sh\necho compiled\n")
+    (tree / "bin" / "c++").write_text(f"#!/bin/sh\nexec {tree / 'libexec' / 'cc1'}\n")
+    for tool in (tree / "libexec" / "cc1", tree / "bin" / "c++"):
+        tool.chmod(0o755)
+    (tmp_path / "beside").write_text("not the compiler's")
+    monkeypatch.setenv("PATH", f"{tree / 'bin'}:{os.environ['PATH']}")
+    r = confined(tmp_path, {
+        "compile": lambda: subprocess.run(["c++"], capture_output=True, text=True).stdout,
+        "beside": lambda: (tmp_path / "beside").read_text(),
+    })
+    assert r["compile"] == "compiled\n"
+    assert isinstance(r["beside"], PermissionError)
+
+
 def test_the_sandbox_mode_enters_every_key_and_required_refuses_to_run_unconfined(monkeypatch):
     from golden_tasks import toolchain
     from golden_tasks.errors import StageFailed
