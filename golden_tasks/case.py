@@ -20,6 +20,7 @@ from .observe import listed
 from .plan import SOURCE_FIELDS, Plan
 from .specs import ScalarSpec, TensorSpec, placement_of, signature_of
 from .stages import Rounds
+from .untrusted import KernelRef
 
 
 @dataclasses.dataclass
@@ -43,7 +44,7 @@ class Case:
     """
     name: str
     specs: object
-    kernel: KernelForm = None
+    kernel: KernelForm | str = None  # a form, or the import path of one in an untrusted module (untrusted.py)
     golden: object = None
     rtol: float = 1e-5
     atol: float = 1e-8
@@ -70,10 +71,13 @@ class Case:
     env_deps: tuple = ()
     root: Path = None  # where relative file_deps are found: the module's directory (run(): the cwd)
 
-    def resolved(self, module=None) -> "Case":
-        """A copy with defaults filled in from `module`, `specs` evaluated, and everything checked."""
+    def resolved(self, module=None, kernel_facts: dict = None) -> "Case":
+        """A copy with defaults filled in from `module`, `specs` evaluated, and everything checked. A
+        kernel named by import path becomes a KernelRef, knowing `kernel_facts` when given (untrusted.py)."""
         short = module.__name__.rsplit(".", 1)[-1] if module else None
         kernel = self.kernel if self.kernel is not None else getattr(module, short, None)
+        if isinstance(kernel, str):
+            kernel = KernelRef(kernel, f"case {self.name!r}", kernel_facts)
         golden = self.golden if self.golden is not None else getattr(module, f"golden_{short}", None)
         if not isinstance(kernel, KernelForm):
             raise SpecError(f"case {self.name!r}: no kernel (expected a @jit or @cpp function "
@@ -178,7 +182,7 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),
         bench={f.name: getattr(case, f.name) for f in dataclasses.fields(Rounds)}, **data, external=external,
         parts={"kernel": parts(case.kernel, fp), "golden": parts(case.golden, fp) if case.golden is not None else {}},
-        volatile=sorted(set(fp.volatile)))
+        volatile=sorted(set(fp.volatile)), golden_protected=isinstance(case.kernel, KernelRef))
     return plan, fp.files | data_files | external_files
 
 
@@ -193,16 +197,22 @@ def live_case(plan: Plan) -> Case:
     """Import the plan's module and return its case, checked against the plan.
 
     A module edited after planning would make the cached keys lie; refuse it
-    (StalePlan: the caller forgets the plan, so that the next run re-plans).
+    (StalePlan: the caller forgets the plan, so that the next run re-plans). A kernel named by import
+    path is imported only in a confined process; elsewhere it is what the plan recorded of it.
     """
+    from . import isolate  # noqa: PLC0415 -- imports torch, as this module does
+
     module = importlib.import_module(plan.module)
     for case in module_cases(module):
         if case.name == plan.case:
-            resolved = case.resolved(module)
+            recorded = isinstance(case.kernel, str) and not isolate.confined_here()
+            facts = {"name": "", "ranks": plan.ranks, "params": plan.params, "digest": "", "parts": {},
+                     "files": [], "volatile": []} if recorded else None
+            resolved = case.resolved(module, facts)
             current, _ = plan_of(resolved, plan.module)
             # compared as JSON text: the plan came back from JSON (tuples read back as lists)
-            changed = [k for k in SOURCE_FIELDS
-                       if canonical_json(getattr(current, k)) != canonical_json(getattr(plan, k))]
+            changed = [k for k in SOURCE_FIELDS if not (recorded and k in ("kernel", "params"))
+                       and canonical_json(getattr(current, k)) != canonical_json(getattr(plan, k))]
             if changed:
                 named = []
                 for k in changed:  # the function's parts that changed, where it has them

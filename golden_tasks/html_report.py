@@ -354,6 +354,14 @@ def _speedup_text(row: dict) -> str:
     return _fmt(row.get("speedup"), ".3g") + "x" + ("" if err is None else f" ± {_fmt(err, '.2g')}")
 
 
+def _protection_text(protected) -> str:
+    if protected is None:
+        return "-"
+    return ("protected: the kernel is named by import path, its module never ran beside the golden" if protected
+            else "not protected from the kernel: they share a module, whose code runs beside the golden "
+                 "(see docs/threat-model.md)")
+
+
 def _plot_html(plot: Plot) -> str:
     attrs = f'data-kind="{_e(plot.kind)}"' + (f' data-output="{_e(plot.output)}"' if plot.output else "")
     if plot.svg is None:
@@ -383,6 +391,7 @@ def _case_html(row: dict, plots: list) -> str:
 <tr><th>golden</th><td>{_e(_timing_text(row.get("golden_timing"), row.get("golden_us")))}</td></tr>
 <tr><th>speedup</th><td>{_e(_speedup_text(row))} (golden median / kernel median, 1 sigma)</td></tr>
 <tr><th>max abs error</th><td>{_e(row.get("max_abs"))}</td></tr>
+<tr><th>golden protected</th><td>{_e(_protection_text(row.get("golden_protected")))}</td></tr>
 </table>
 {f'<ul class="warnings">{warnings}</ul>' if warnings else ''}
 <table class="stages"><tr><th>stage</th><th>state</th><th>content key</th></tr>{stage_rows}</table>

@@ -112,8 +112,17 @@ _PRIVATE = ("TMPDIR", "HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRIT
             "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "MPLCONFIGDIR")
 
 
+_confined = False  # whether this process is a confined child (set by _confine, never unset)
+
+
+def confined_here() -> bool:
+    """Whether this process is confined, so that it may load an untrusted kernel (golden_tasks.untrusted)."""
+    return _confined
+
+
 def _confine(confinement: Confinement, private: str) -> None:
     """Confine this process (just forked: one thread) to `confinement`, writing only `private`."""
+    global _confined
     for name in _WITHHELD:
         os.environ.pop(name, None)
     for name in _PRIVATE:
@@ -131,6 +140,7 @@ def _confine(confinement: Confinement, private: str) -> None:
     sandbox.confine(Path(private), [*sandbox.base_readable(), *map(Path, confinement.readable)],
                     network=confinement.network, listable=list(map(Path, confinement.listable)),
                     gpu_hidden=list(map(Path, confinement.withheld)) if confinement.gpu else None)
+    _confined = True
 
 
 def _child(target, args, conn, environ, cwd, confinement=None, private=None):

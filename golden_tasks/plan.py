@@ -158,6 +158,8 @@ class Plan:
     # replay can name what changed
     parts: dict = _field("context", default={"kernel": {}, "golden": {}})
     volatile: list = _field("context", default=[])  # what cannot be fingerprinted (see fingerprint.py)
+    # whether the kernel is named by import path, so that its module never runs beside the golden (untrusted.py)
+    golden_protected: bool = _field("context", default=False)
     nonce: str = _field("run", EVERY_KEY)  # see for_this_run
 
     error: ClassVar[None] = None

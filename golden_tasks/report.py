@@ -26,11 +26,13 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict
     row = {"case": plan.case, "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
            "max_abs": None, "outputs": [], "warnings": [], "kernel_us": None, "golden_us": None, "speedup": None,
            "speedup_err": None, "kernel_timing": None, "golden_timing": None, "rank_us": None, "imbalance": None,
-           "keys": {}, "fingerprints": {}, "seconds": None, "errors": errors, "skipped": None, "reason": None}
+           "keys": {}, "fingerprints": {}, "seconds": None, "errors": errors, "skipped": None, "reason": None,
+           "golden_protected": None}
     if plan.error:
         row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan.error},
                    reason=_first_line({"plan": plan.error}))
         return row
+    row["golden_protected"] = plan.golden_protected
     entries = snapshot(plan, store)
     row["keys"] = {name: entry and entry.key for name, entry in entries.items()}
     row["fingerprints"] = {field: getattr(plan, field) for field in ("kernel", "golden", "policy")}

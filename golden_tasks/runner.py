@@ -61,7 +61,8 @@ def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
 def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **options) -> RunResult:
     """Verify one kernel through every stage, reusing and filling the cache.
 
-    `fn` is a kernel form (a `@golden_tasks.jit` function); `specs` a list of
+    `fn` is a kernel form (a `@golden_tasks.jit` function), or the import path of one in a module
+    this process must not import ("package.module:function": golden_tasks.untrusted); `specs` a list of
     TensorSpec/ScalarSpec in parameter order (or a callable returning one).
     `options` are Case's, with its defaults: rtol, atol, compare, ignore_nan, seed,
     backend, options, warmup, rounds, min_rounds, max_rounds, rse, budget, flush, timeout,
@@ -76,12 +77,13 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **o
     # root is the current directory).
     run_options = [f.name for f in dataclasses.fields(Case) if f.name not in ("name", "specs", "kernel", "golden",
                                                                               "root")]
-    if not isinstance(fn, KernelForm):
-        raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, got {fn!r}")
+    if not isinstance(fn, (KernelForm, str)):
+        raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, or the import path "
+                        f"of one, got {fn!r}")
     unknown = sorted(set(options) - set(run_options))
     if unknown:
         raise TypeError(f"run() got unknown options {', '.join(unknown)}; it takes {', '.join(run_options)}")
-    case_name = name or fn.name
+    case_name = name or (fn.partition(":")[2] if isinstance(fn, str) else fn.name)
     store = config.open_store(cache_dir=cache_dir)
     work_dir = (Path(runs_dir).resolve() if runs_dir else config.runs_root()) / case_name
     case = None
