@@ -1,6 +1,7 @@
 """`golden-tasks init`: what a project needs to run `doit verify`, written without overwriting anything.
 
-It writes the doit entry point (dodo.py), the kernel folder with an example case, and, for a kernel
+It writes the doit entry point (dodo.py), the kernel folder with an example case and, in its subpackage
+`untrusted`, the example's kernel (named by import path), and, for a kernel
 folder other than the project's, the [tool.golden-tasks] table naming it (appended to pyproject.toml,
 or a new one); it makes the other kernel folders a table already names. Every file is checked first:
 if one it would write exists, nothing is written.
@@ -18,15 +19,14 @@ from golden_tasks.doit_tasks import DOIT_CONFIG, tasks_for  # noqa: F401
 globals().update(tasks_for(Path(__file__).parent))
 '''
 
-EXAMPLE = '''"""An example case: a kernel, the specs of its arguments, and the golden it is checked against."""
+# The case (trusted: specs, golden, tolerances) names its kernel by import path, so that the kernel's
+# module never runs where the golden does (docs/threat-model.md).
+EXAMPLE = '''"""An example case: the specs of a kernel's arguments, and the golden it is checked against. The kernel
+lives in a module of its own, named by import path: golden-tasks imports it only in confined processes, never
+beside this golden."""
 import torch
 
-from golden_tasks import Case, In, Out, TensorSpec, jit
-
-
-@jit
-def scale_add(x: In, y: In, out: Out):
-    torch.add(x * 2.0, y, out=out)
+from golden_tasks import Case, TensorSpec
 
 
 def golden(t):
@@ -37,7 +37,23 @@ SPECS = [TensorSpec("x", (256, 128), torch.float32, torch.randn),
          TensorSpec("y", (256, 128), torch.float32, torch.randn),
          TensorSpec("out", (256, 128), torch.float32)]
 
-CASES = [Case("scale_add", SPECS, kernel=scale_add, golden=golden, rtol=1e-6, atol=1e-6)]
+CASES = [Case("scale_add", SPECS, kernel="{package}.untrusted.scale_add:scale_add", golden=golden,
+              rtol=1e-6, atol=1e-6)]
+'''
+
+UNTRUSTED = '''"""The kernels under test. Only golden-tasks' confined processes import these modules: the cases name
+them by import path and never import them."""
+'''
+
+KERNEL = '''"""An example kernel: out = 2 x + y."""
+import torch
+
+from golden_tasks import In, Out, jit
+
+
+@jit
+def scale_add(x: In, y: In, out: Out):
+    torch.add(x * 2.0, y, out=out)
 '''
 
 
@@ -67,7 +83,8 @@ def scaffold(root: Path, kernels: str = None) -> Scaffold:
             raise InitRefused(f"{pyproject} already has a [tool.golden-tasks] table, whose kernel folders do not "
                               f"include {kernels!r}: add it to its kernels list, or run init without --kernels")
         table = f'\n[tool.golden-tasks]\nkernels = ["{Path(kernels).as_posix()}"]\n'
-    files = {root / "dodo.py": DODO, folder / "example.py": EXAMPLE}
+    files = {root / "dodo.py": DODO, folder / "example.py": EXAMPLE.replace("{package}", folder.name),
+             folder / "untrusted" / "__init__.py": UNTRUSTED, folder / "untrusted" / "scale_add.py": KERNEL}
     if not (folder / "__init__.py").exists():  # a regular package: its modules cannot clash with another's
         files[folder / "__init__.py"] = ""
     existing = [path for path in files if path.exists()]

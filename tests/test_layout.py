@@ -101,15 +101,20 @@ def test_init_writes_a_project_that_verifies_and_then_refuses_to_overwrite_it(tm
     cli = [sys.executable, "-m", "golden_tasks.cli", "--project", str(root), "init", "--kernels", "src/mykernels"]
     made = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
-    assert made.stdout.splitlines()[0] == ("wrote dodo.py, src/mykernels/example.py, src/mykernels/__init__.py, "
+    assert made.stdout.splitlines()[0] == ("wrote dodo.py, src/mykernels/example.py, src/mykernels/untrusted/__init__.py, "
+                                           "src/mykernels/untrusted/scale_add.py, src/mykernels/__init__.py, "
                                            "pyproject.toml")
     assert layout.__wrapped__(root).kernels == (root / "src/mykernels",)
     verified = doit(root, "verify", "backend=eager")
     assert verified.returncode == 0 and re.search(r"^scale_add +PASS ", verified.stdout, re.M), verified.stdout
+    report = json.loads((root / "runs" / "report.json").read_text())
+    assert report["cases"][0]["golden_protected"] is True  # the kernel is named by import path
     (root / "src/mykernels/example.py").write_text("# mine now\n")
     again = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and again.stderr == (f"golden-tasks init: init writes nothing over existing files: "
-                                                      f"{root / 'dodo.py'}, {root / 'src/mykernels/example.py'}\n")
+                                                      f"{root / 'dodo.py'}, {root / 'src/mykernels/example.py'}, "
+                                                      f"{root / 'src/mykernels/untrusted/__init__.py'}, "
+                                                      f"{root / 'src/mykernels/untrusted/scale_add.py'}\n")
     assert (root / "src/mykernels/example.py").read_text() == "# mine now\n"
 
 
@@ -118,7 +123,8 @@ def test_init_will_not_contradict_a_table_that_names_other_folders(tmp_path):
     (root / "lib/k").mkdir(parents=True)
     with pytest.raises(InitRefused, match="already has a \\[tool.golden-tasks\\] table"):
         scaffold(root, "src/other")
-    assert set(scaffold(root).files) == {root / "dodo.py", root / "lib/k/example.py", root / "lib/k/__init__.py"}
+    assert set(scaffold(root).files) == {root / "dodo.py", root / "lib/k/example.py", root / "lib/k/__init__.py",
+                                         root / "lib/k/untrusted/__init__.py", root / "lib/k/untrusted/scale_add.py"}
 
 
 def test_init_after_the_table_makes_the_folders_it_names(tmp_path):
