@@ -25,6 +25,7 @@ import fnmatch
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -358,7 +359,7 @@ def _at_exit(parent: int) -> None:
         if _libraries:
             _log_tally(library(_run.root).store, parent)
     finally:
-        _run.journal.unlink(missing_ok=True)
+        shutil.rmtree(_run.journal.parent, ignore_errors=True)
 
 
 def _interrupt(signum, frame):
@@ -378,10 +379,11 @@ def _plain_interrupt(kind, value, tb, previous=sys.excepthook):
 def _start_run(root: Path, line: CommandLine) -> None:
     """In the doit parent of a run, before workers fork: the journal, and what happens at its end."""
     global _run
-    fd, journal = tempfile.mkstemp(prefix="golden-tasks-journal-", suffix=".jsonl")
-    os.close(fd)
-    _run = _Run(root, line, Path(journal))
-    os.environ[JOURNAL_ENV] = journal
+    # in a folder of its own, which a kernel's process is kept out of (isolate.confinement)
+    journal = Path(tempfile.mkdtemp(prefix="golden-tasks-run-")) / "journal.jsonl"
+    journal.touch()
+    _run = _Run(root, line, journal)
+    os.environ[JOURNAL_ENV] = str(journal)
     signal.signal(signal.SIGINT, _interrupt)
     sys.excepthook = _plain_interrupt
     atexit.register(_at_exit, os.getpid())

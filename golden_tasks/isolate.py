@@ -76,7 +76,15 @@ class Confinement:
     writable: str = None
     listable: tuple = ()  # folders whose names it may list (to import from them), never read
     gpu: bool = False
-    withheld: tuple = ()  # the store and the runs
+    withheld: tuple = ()  # the store, the runs and the run's journal
+
+
+# What a confined call must not inherit of the caller's environment: the run's journal, whose lines
+# the run trusts. Its caches and temporary files go to its private directory.
+_JOURNAL = "GOLDEN_TASKS_JOURNAL"  # doit_tasks.JOURNAL_ENV (that module stays free of torch)
+_WITHHELD = (_JOURNAL,)
+_PRIVATE = ("TMPDIR", "HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME",
+            "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "MPLCONFIGDIR")
 
 
 def _beside(folder: Path, withheld: set, listed: list) -> list:
@@ -100,16 +108,12 @@ def confinement(files, network: bool = False, writable: str = None, gpu: bool = 
             raise StageFailed(f"sandbox=required, but this machine cannot confine the kernel's process: {reason}")
         return None
     withheld, listed = {config.cache_root(), config.runs_root()}, []
+    if journal := os.environ.get(_JOURNAL):  # the run's journal, in a folder of its own
+        withheld.add(Path(journal).parent)
     sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]
     return Confinement((*map(str, files), *map(str, sources)), network, writable, tuple(map(str, listed)), gpu,
                        tuple(map(str, withheld)))
 
-
-# What a confined call must not inherit of the caller's environment: the run's journal, whose lines
-# the run trusts. Its caches and temporary files go to its private directory.
-_WITHHELD = ("GOLDEN_TASKS_JOURNAL",)
-_PRIVATE = ("TMPDIR", "HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME",
-            "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "MPLCONFIGDIR")
 
 
 _confined = False  # whether this process is a confined child (set by _confine, never unset)

@@ -148,6 +148,14 @@ def test_a_gpu_process_finds_the_store_covered_and_no_network(tmp_path, cache):
     assert (cache / "obj").read_text() == "the golden answer" and os.listdir(cache) == ["obj"]
 
 
+def test_the_runs_journal_folder_is_withheld(tmp_path, monkeypatch):
+    """A kernel's process never sees the run's journal, whose lines the run trusts: its variable is
+    withheld, and its folder is among those a GPU process finds covered."""
+    (tmp_path / "run").mkdir()
+    monkeypatch.setenv("GOLDEN_TASKS_JOURNAL", str(tmp_path / "run" / "journal.jsonl"))
+    assert str(tmp_path / "run") in isolate.confinement((), gpu=True).withheld
+
+
 def test_a_confined_cpu_kernel_sees_no_gpu(tmp_path):
     """A process confined for a CPU kernel has no GPU: torch counts none without starting a CUDA driver."""
     def probe():
