@@ -15,6 +15,7 @@ without crashing clobbers one, and the call fails naming the tensor and side.
 """
 import contextlib
 import dataclasses
+import glob
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
@@ -69,14 +70,14 @@ class Confinement:
     """What a confined call may reach besides the system and the interpreter (sandbox.base_readable):
     `readable` files and folders, and the network only with `network` (ranks meeting over loopback). It
     writes `writable` (a directory its caller owns), else a private one removed after it. A call that
-    uses the GPU (`gpu`) is confined as sandbox.confine says of one, `withheld` covered; any other sees
-    no GPU (its CUDA driver is never started)."""
+    uses the GPU (`gpu`) is confined as sandbox.confine says of one; any other sees no GPU (its CUDA
+    driver is never started)."""
     readable: tuple = ()
     network: bool = False
     writable: str = None
     listable: tuple = ()  # folders whose names it may list (to import from them), never read
     gpu: bool = False
-    withheld: tuple = ()  # the store, the runs and the run's journal
+    hidden: tuple = ()  # folders covered by empty mounts (sandbox.confine)
 
 
 # What a confined call must not inherit of the caller's environment: the run's journal, whose lines
@@ -100,7 +101,10 @@ def confinement(files, network: bool = False, writable: str = None, gpu: bool = 
     """How a call that runs the kernel's code is confined: reading `files` and the user's source folders
     (never the store or the runs: the answers are there); None with sandbox=off, or where this machine
     cannot confine a process, unless the run requires it (config.sandbox), which is then a StageFailed.
-    `gpu`: the call runs the kernel on a GPU (sandbox.GPU_GAPS)."""
+    `gpu`: the call runs the kernel on a GPU (sandbox.GPU_GAPS): the store, the runs and the run's journal
+    are covered. With `network` (ranks meeting over loopback, which keep connect(2)), so are the
+    multiprocessing forkservers' folders in the temporary folder, whose sockets would fork an
+    unconfined process for whoever connects."""
     if config.sandbox() == "off":
         return None
     if reason := sandbox.support():
@@ -111,8 +115,12 @@ def confinement(files, network: bool = False, writable: str = None, gpu: bool = 
     if journal := os.environ.get(_JOURNAL):  # the run's journal, in a folder of its own
         withheld.add(Path(journal).parent)
     sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]
+    hidden = [*withheld] if gpu else []
+    if network:
+        hidden += sorted({Path(p) for base in (tempfile.gettempdir(), "/tmp")
+                          for p in glob.glob(os.path.join(base, "pymp-*"))})
     return Confinement((*map(str, files), *map(str, sources)), network, writable, tuple(map(str, listed)), gpu,
-                       tuple(map(str, withheld)))
+                       tuple(map(str, hidden)))
 
 
 
@@ -143,7 +151,7 @@ def _confine(confinement: Confinement, private: str) -> None:
         codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
     sandbox.confine(Path(private), [*sandbox.base_readable(), *map(Path, confinement.readable)],
                     network=confinement.network, listable=list(map(Path, confinement.listable)),
-                    gpu_hidden=list(map(Path, confinement.withheld)) if confinement.gpu else None)
+                    hidden=list(map(Path, confinement.hidden)), landlock=not confinement.gpu)
     _confined = True
 
 

@@ -324,7 +324,7 @@ def _add_rule(ruleset: int, path: Path, rights: int, handled: int) -> None:
 
 
 def confine(writable: Path, readable: list[Path], network: bool = False, listable: list[Path] = (),
-            gpu_hidden: list[Path] = None) -> None:
+            hidden: list[Path] = (), landlock: bool = True) -> None:
     """Confine the calling process, irreversibly, with every thread and process it starts later: it
     reads and executes only beneath `readable` (a path that does not exist is skipped; a character
     device there may also be written, with ioctls), lists (names only, never content) the directories
@@ -333,11 +333,12 @@ def confine(writable: Path, readable: list[Path], network: bool = False, listabl
     process can be confined (right after a fork). SandboxError names the step that failed; the
     process may then be partly confined, and must exit rather than run the code.
 
-    A process that uses a GPU passes `gpu_hidden`: the CUDA driver does not start under these Landlock
+    The folders of `hidden` are covered by empty read-only mounts in the process's mount namespace
+    (whatever Landlock allows: a listener's socket there cannot be reached by its path either).
+    A process that uses a GPU passes landlock=False: the CUDA driver does not start under these Landlock
     rules (cudaGetDeviceCount: error 304, seen on an H200 with driver 580, Linux 6.18, where it starts
-    with everything else here), so such a process is not Landlocked. The folders of `gpu_hidden` are
-    covered by empty read-only mounts instead; `readable` and `listable` are not enforced, and
-    everything else the user may read or write stays open to it (GPU_GAPS)."""
+    with everything else here). `readable` and `listable` are then not enforced, and everything the
+    user may read or write but `hidden` stays open to it (GPU_GAPS)."""
     abi = _abi()
     if problem := _unsupported(abi):
         raise SandboxError(problem)
@@ -347,8 +348,8 @@ def confine(writable: Path, readable: list[Path], network: bool = False, listabl
                            "the calling thread alone, so only a single-threaded process (just forked) can be confined")
     if not os.path.isdir(writable):
         raise SandboxError(f"the writable directory {writable} is not a directory")
-    if gpu_hidden is not None:
-        _leave_host(network, gpu_hidden)
+    if not landlock:
+        _leave_host(network, hidden)
         return
     handled = sum(rights for since, rights in _FS_RIGHTS.items() if abi >= since)
     attr = _RulesetAttr(handled, 0, 0)
@@ -366,7 +367,7 @@ def confine(writable: Path, readable: list[Path], network: bool = False, listabl
         for path in listable:
             _add_rule(ruleset, Path(path), LANDLOCK_ACCESS_FS_READ_DIR, handled)
         _add_rule(ruleset, Path(writable), handled, handled)
-        _leave_host(network)
+        _leave_host(network, hidden)
         _add_rule(ruleset, Path("/dev/shm"), handled, handled)  # the private tmpfs just mounted
         if _syscall(SYS_landlock_restrict_self, ruleset, 0) != 0:
             raise _fail("landlock_restrict_self")

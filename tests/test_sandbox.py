@@ -49,14 +49,15 @@ def in_child(work):
     return value
 
 
-def confined(tmp_path: Path, probes: dict, network: bool = False, gpu_hidden=None) -> dict:
-    """Each probe run in one child confined to write tmp_path/"private" and read base_readable() (or, with
-    `gpu_hidden`, as a process that uses a GPU): name -> what it returned, or the exception it raised."""
+def confined(tmp_path: Path, probes: dict, network: bool = False, hidden=(), landlock=True) -> dict:
+    """Each probe run in one child confined to write tmp_path/"private" and read base_readable(), `hidden`
+    covered (with landlock=False, as a process that uses a GPU): name -> what it returned, or the
+    exception it raised."""
     private = tmp_path / "private"
     private.mkdir(exist_ok=True)
 
     def work():
-        sandbox.confine(private, sandbox.base_readable(), network=network, gpu_hidden=gpu_hidden)
+        sandbox.confine(private, sandbox.base_readable(), network=network, hidden=hidden, landlock=landlock)
         results = {}
         for name, probe in probes.items():
             try:
@@ -138,7 +139,7 @@ def test_a_gpu_process_finds_the_store_covered_and_no_network(tmp_path, cache):
         "elsewhere": lambda: (tmp_path / "elsewhere").read_text(),
         "write mine": lambda: (tmp_path / "private" / "new").write_text("x"),
         "torch": lambda: (torch.randn(8, 8) @ torch.randn(8, 8)).shape,
-    }, gpu_hidden=[cache])
+    }, hidden=[cache], landlock=False)
     assert r["cache listing"] == []
     assert isinstance(r["cache"], FileNotFoundError)
     for attack in ("overwrite", "create"):
@@ -153,7 +154,38 @@ def test_the_runs_journal_folder_is_withheld(tmp_path, monkeypatch):
     withheld, and its folder is among those a GPU process finds covered."""
     (tmp_path / "run").mkdir()
     monkeypatch.setenv("GOLDEN_TASKS_JOURNAL", str(tmp_path / "run" / "journal.jsonl"))
-    assert str(tmp_path / "run") in isolate.confinement((), gpu=True).withheld
+    assert str(tmp_path / "run") in isolate.confinement((), gpu=True).hidden
+
+
+def test_ranks_that_keep_the_network_cannot_reach_a_forkserver(tmp_path):
+    """Ranks meeting over loopback keep connect(2); the forkservers' folders (multiprocessing's pymp-*
+    in the temporary folder) are covered for them, so no forkserver's socket forks them an unconfined
+    process. A listener elsewhere stays reachable: the rest of the user's pathname sockets are a known gap."""
+    server_dir = Path(tempfile.mkdtemp(prefix="pymp-golden-test-"))
+    try:
+        with socket.socket(socket.AF_UNIX) as forkserver, socket.socket(socket.AF_UNIX) as other:
+            forkserver.bind(str(server_dir / "listener"))
+            other.bind(str(tmp_path / "other"))
+            forkserver.listen()
+            other.listen()
+            addresses = (str(server_dir / "listener"), str(tmp_path / "other"))
+
+            def reach():
+                outcomes = []
+                for address in addresses:
+                    with socket.socket(socket.AF_UNIX) as s:
+                        try:
+                            s.connect(address)
+                            outcomes.append("connected")
+                        except OSError as exc:
+                            outcomes.append(type(exc).__name__)
+                return outcomes
+            confinement = isolate.confinement((), network=True, writable=str(tmp_path))
+            assert str(server_dir) in confinement.hidden
+            ok, outcomes = isolate.call(_run_pickled, (cloudpickle.dumps(reach),), 60.0, "the probe", confinement)
+    finally:
+        shutil.rmtree(server_dir, ignore_errors=True)
+    assert ok and outcomes == ["FileNotFoundError", "connected"], outcomes
 
 
 def test_a_confined_cpu_kernel_sees_no_gpu(tmp_path):
