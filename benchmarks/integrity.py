@@ -3,7 +3,10 @@
 For honest kernels of about 10 us, 100 us and 1 ms (a matmul of three sizes):
 
 - the time the bench stage reports (its median round) against torch.utils.benchmark.Timer on the same call
-  (`blocked_autorange`, whose clock costs almost nothing per call): goal within 10%;
+  (`blocked_autorange`, whose clock costs almost nothing per call): goal within 10%; and against a plain
+  loop timing each call with perf_counter (as the bench does, without its defences). Timer's blocks run
+  the calls back to back, which for a small multi-threaded matmul is not what one call costs: where
+  Timer and the plain loop disagree, the bench should agree with the plain loop;
 - the bench stage's wall time with the defences (this checkout) and before them (`--before`, by default
   the commit before they landed, unpacked with `git archive`), each in its own process and cache, the
   same kernel, the same default adaptive rounds.
@@ -19,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -75,6 +79,18 @@ def timer_median(n: int, threads: int) -> float:
     return timer.blocked_autorange(min_run_time=1.0).median * 1e6
 
 
+def loop_median(n: int) -> float:
+    """The median of calls timed one by one with perf_counter, in this process, with its threads."""
+    x, out = torch.randn(n, n), torch.empty(n, n)
+    calls = max(200, int(0.5 / max(timer_median(n, torch.get_num_threads()) * 1e-6, 1e-6)))
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        torch.matmul(x, x, out=out)
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default="afa3949", help="the checkout without the defences (a git revision)")
@@ -87,21 +103,22 @@ def main() -> None:
         before.mkdir()
         archive = subprocess.run(["git", "archive", args.before], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "x", "-C", str(before)], input=archive, check=True)
-        print(f"{'kernel':<8} {'Timer us':>9} {'bench us':>9} {'ratio':>6}   {'bench s before':>14} "
-              f"{'bench s now':>11} {'ratio':>6}   rounds before/now")
+        print(f"{'kernel':<8} {'Timer us':>9} {'loop us':>8} {'bench us':>9} {'/Timer':>7} {'/loop':>6}   "
+              f"{'bench s before':>14} {'bench s now':>11} {'ratio':>6}   rounds before/now")
         for label, n in SIZES.items():
-            timers, now, old = [], [], []
+            timers, loops, now, old = [], [], [], []
             for r in range(args.repeats):
                 now.append(measure(ROOT, n, tmp / f"now{n}-{r}"))
                 timers.append(timer_median(n, torch.get_num_threads()))
+                loops.append(loop_median(n))
                 old.append(measure(before, n, tmp / f"before{n}-{r}"))
-            timer = statistics.median(timers)
+            timer, loop = statistics.median(timers), statistics.median(loops)
             bench = statistics.median(m["median"] for m in now)
             wall_now = statistics.median(m["seconds"] for m in now)
             wall_old = statistics.median(m["seconds"] for m in old)
             rounds = [statistics.median(m["rounds"] for m in runs) for runs in (old, now)]
-            print(f"{label:<8} {timer:>9.1f} {bench:>9.1f} {bench / timer:>5.2f}x   {wall_old:>14.2f} "
-                  f"{wall_now:>11.2f} {wall_now / wall_old:>5.2f}x   {rounds[0]:.0f}/{rounds[1]:.0f}")
+            print(f"{label:<8} {timer:>9.1f} {loop:>8.1f} {bench:>9.1f} {bench / timer:>6.2f}x {bench / loop:>5.2f}x   "
+                  f"{wall_old:>14.2f} {wall_now:>11.2f} {wall_now / wall_old:>5.2f}x   {rounds[0]:.0f}/{rounds[1]:.0f}")
 
 
 if __name__ == "__main__":
