@@ -20,7 +20,7 @@ from .observe import listed
 from .plan import SOURCE_FIELDS, Plan
 from .specs import ScalarSpec, TensorSpec, placement_of, signature_of
 from .stages import Rounds
-from .untrusted import KernelRef
+from .untrusted import KernelFacts, KernelRef
 
 
 @dataclasses.dataclass
@@ -71,7 +71,7 @@ class Case:
     env_deps: tuple = ()
     root: Path = None  # where relative file_deps are found: the module's directory (run(): the cwd)
 
-    def resolved(self, module=None, kernel_facts: dict = None) -> "Case":
+    def resolved(self, module=None, kernel_facts: KernelFacts = None) -> "Case":
         """A copy with defaults filled in from `module`, `specs` evaluated, and everything checked. A
         kernel named by import path becomes a KernelRef, knowing `kernel_facts` when given (untrusted.py)."""
         short = module.__name__.rsplit(".", 1)[-1] if module else None
@@ -206,9 +206,7 @@ def live_case(plan: Plan) -> Case:
     for case in module_cases(module):
         if case.name == plan.case:
             recorded = isinstance(case.kernel, str) and not isolate.confined_here()
-            facts = {"name": "", "ranks": plan.ranks, "params": plan.params, "digest": "", "parts": {},
-                     "files": [], "volatile": []} if recorded else None
-            resolved = case.resolved(module, facts)
+            resolved = case.resolved(module, KernelFacts(plan.ranks, plan.params) if recorded else None)
             current, _ = plan_of(resolved, plan.module)
             # compared as JSON text: the plan came back from JSON (tuples read back as lists)
             changed = [k for k in SOURCE_FIELDS if not (recorded and k in ("kernel", "params"))

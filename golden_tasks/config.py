@@ -89,9 +89,13 @@ def sandbox() -> str:
     confined (golden_tasks.sandbox) where this machine can confine a process and unconfined, said once
     per run, where it cannot; "required" refuses to run a kernel it cannot confine; "off" never confines
     (kernels you trust that must write outside: a trace, a log)."""
-    value = os.environ.get(SANDBOX_ENV) or "auto"
+    return sandbox_mode(os.environ.get(SANDBOX_ENV) or "auto")
+
+
+def sandbox_mode(value: str, given_as: str = "sandbox") -> str:
+    """`value` if it is a sandbox mode, else a ValueError naming it as `given_as`."""
     if value not in SANDBOX_MODES:
-        raise ValueError(f"sandbox={value!r} is not one of {', '.join(SANDBOX_MODES)}")
+        raise ValueError(f"{given_as}={value!r} is not one of {', '.join(SANDBOX_MODES)}")
     return value
 
 

@@ -242,18 +242,16 @@ def _where_it_runs(stage: Stage, plan: Plan, target, args: tuple):
 
 
 def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> tuple:
-    """As run_stage, for a stage that runs the kernel's own code: its upstream outputs are loaded here,
-    the stage runs in a child confined to reading them and the user's sources and writing its work
-    directory (isolate.confinement), and what it made is hashed and stored here."""
+    """As run_stage, for a stage that runs the kernel's own code: its upstream outputs are loaded here (a
+    damaged one raises CorruptObject, as _compute would for run_stage's "corrupt"), the stage runs in a
+    child confined to reading them and the user's sources and writing its work directory
+    (isolate.confinement), and what it made is hashed and stored here."""
     from . import isolate  # noqa: PLC0415 -- imports torch: only where stages run
 
-    try:
-        inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
-    except CorruptObject as corruption:
-        return "corrupt", corruption.entry, corruption.name, corruption.problem
+    loaded = {n: load_outputs(store, e) for n, e in upstream.items()}
     # a tensor mapped from a stored file cannot cross into the child; a copy can
     inputs = {n: dataclasses.replace(o, tensors={k: t.clone() for k, t in o.tensors.items()})
-              for n, o in inputs.items()}
+              for n, o in loaded.items()}
     work = isolate.short_temp(f"golden-{stage.name}-")
     try:
         given = [p for o in inputs.values() for p in o.files.values()]

@@ -105,10 +105,11 @@ def confinement(files, network: bool = False, writable: str = None, gpu: bool = 
     are covered. With `network` (ranks meeting over loopback, which keep connect(2)), so are the
     multiprocessing forkservers' folders in the temporary folder, whose sockets would fork an
     unconfined process for whoever connects."""
-    if config.sandbox() == "off":
+    mode = config.sandbox()
+    if mode == "off":
         return None
     if reason := sandbox.support():
-        if config.sandbox() == "required":
+        if mode == "required":
             raise StageFailed(f"sandbox=required, but this machine cannot confine the kernel's process: {reason}")
         return None
     withheld, listed = {config.cache_root(), config.runs_root()}, []
@@ -121,7 +122,6 @@ def confinement(files, network: bool = False, writable: str = None, gpu: bool = 
                           for p in glob.glob(os.path.join(base, "pymp-*"))})
     return Confinement((*map(str, files), *map(str, sources)), network, writable, tuple(map(str, listed)), gpu,
                        tuple(map(str, hidden)))
-
 
 
 _confined = False  # whether this process is a confined child (set by _confine, never unset)

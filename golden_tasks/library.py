@@ -41,9 +41,8 @@ def apply_context(get: Callable) -> None:
     ranks = get("ranks", None)
     if ranks is not None and not (ranks.isdigit() and int(ranks) >= 1):
         raise ValueError(f"doit variable ranks={ranks!r} is not a world size (an integer >= 1)")
-    sandbox = get("sandbox", None)
-    if sandbox is not None and sandbox not in config.SANDBOX_MODES:
-        raise ValueError(f"doit variable sandbox={sandbox!r} is not one of {', '.join(config.SANDBOX_MODES)}")
+    if (sandbox := get("sandbox", None)) is not None:
+        config.sandbox_mode(sandbox, "doit variable sandbox")
     for name, env in CONTEXT.items():
         if (value := get(name, None)) is not None:
             os.environ[env] = value

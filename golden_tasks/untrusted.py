@@ -10,6 +10,7 @@ validate) take those facts from the plan and never import it.
 The probe answers in JSON, checked field by field here: nothing of its process's making is unpickled
 in the caller.
 """
+import dataclasses
 import importlib
 import json
 import traceback
@@ -46,44 +47,58 @@ def load(path: str, owner: str) -> KernelForm:
     return form
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelFacts:
+    """What trusted code knows of an untrusted kernel: its world size, parameter table, fingerprint
+    (digest and parts) and the files the fingerprint read. A plan records the first two alone: facts
+    without a digest stand for a kernel already planned (case.live_case)."""
+    ranks: int
+    params: list
+    digest: str = ""
+    parts: dict = dataclasses.field(default_factory=dict)
+    files: list = dataclasses.field(default_factory=list)
+    volatile: list = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text, path: str) -> "KernelFacts":
+        """The probe's answer, each field of the type the plan holds, or a SpecError."""
+        try:
+            facts = cls(**json.loads(text))
+            ok = (type(facts.ranks) is int and facts.ranks >= 1 and isinstance(facts.digest, str)
+                  and isinstance(facts.params, list) and all(isinstance(p, dict) for p in facts.params)
+                  and isinstance(facts.parts, dict) and all(isinstance(v, str) for v in facts.parts.values())
+                  and all(isinstance(f, str) for f in (*facts.files, *facts.volatile)))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise SpecError(f"kernel={path!r}: its probe did not answer with its facts")
+        return facts
+
+
 def facts_of(path: str, owner: str) -> str:
-    """What planning needs of the kernel at `path`, as JSON: runs in the confined probe."""
+    """What planning needs of the kernel at `path`, as KernelFacts' JSON: runs in the confined probe."""
     from .fingerprint import Fingerprinter, parts  # noqa: PLC0415 -- imports torch
 
     form = load(path, owner)
     fingerprinter = Fingerprinter()
     digest = fingerprinter(form)
-    return json.dumps({"name": form.name, "ranks": form.ranks, "params": form.params(), "digest": digest,
-                       "parts": parts(form, fingerprinter), "files": sorted(fingerprinter.files),
-                       "volatile": sorted(fingerprinter.volatile)})
-
-
-def _checked(text, path: str) -> dict:
-    """The probe's answer, each field of the type the plan holds, or a SpecError."""
-    try:
-        facts = json.loads(text)
-        ok = (isinstance(facts, dict) and isinstance(facts["name"], str) and isinstance(facts["digest"], str)
-              and type(facts["ranks"]) is int and facts["ranks"] >= 1
-              and isinstance(facts["params"], list) and all(isinstance(p, dict) for p in facts["params"])
-              and isinstance(facts["parts"], dict) and all(isinstance(v, str) for v in facts["parts"].values())
-              and all(isinstance(f, str) for f in (*facts["files"], *facts["volatile"])))
-    except (TypeError, ValueError, KeyError):
-        ok = False
-    if not ok:
-        raise SpecError(f"kernel={path!r}: its probe did not answer with its facts")
-    return facts
+    return KernelFacts(form.ranks, form.params(), digest, parts(form, fingerprinter), sorted(fingerprinter.files),
+                       sorted(fingerprinter.volatile)).to_json()
 
 
 class KernelRef(KernelForm):
     """The kernel at an import path, known to trusted code by `facts` alone: given (from a plan), or
     asked of a confined probe, or, in a confined process, read from the kernel itself."""
 
-    def __init__(self, path: str, owner: str, facts: dict = None):
+    def __init__(self, path: str, owner: str, facts: KernelFacts = None):
         _parse(path, owner)
         self.path, self.owner, self._facts = path, owner, facts
         self.name = path.partition(":")[2]
 
-    def facts(self) -> dict:
+    def facts(self) -> KernelFacts:
         if self._facts is None:
             from . import isolate  # noqa: PLC0415 -- imports torch
 
@@ -92,15 +107,15 @@ class KernelRef(KernelForm):
             else:
                 text = isolate.call(facts_of, (self.path, self.owner), PROBE_TIMEOUT_S,
                                     f"the probe of kernel {self.path!r} ({self.owner})", isolate.confinement(()))
-            self._facts = _checked(text, self.path)
+            self._facts = KernelFacts.from_json(text, self.path)
         return self._facts
 
     @property
     def ranks(self) -> int:
-        return self.facts()["ranks"]
+        return self.facts().ranks
 
     def params(self) -> list:
-        return [dict(row) for row in self.facts()["params"]]
+        return [dict(row) for row in self.facts().params]
 
     def compile(self, specs, options, workdir):
         return load(self.path, self.owner).compile(specs, options, workdir)
@@ -109,6 +124,6 @@ class KernelRef(KernelForm):
         """The kernel's own fingerprint and its parts, as the probe computed them; the files it read
         are the plan's to watch."""
         facts = self.facts()
-        fingerprinter.files.update(facts["files"])
-        fingerprinter.volatile.extend(facts["volatile"])
-        return {"import path": self.path, "kernel": facts["digest"], **facts["parts"]}
+        fingerprinter.files.update(facts.files)
+        fingerprinter.volatile.extend(facts.volatile)
+        return {"import path": self.path, "kernel": facts.digest, **facts.parts}
