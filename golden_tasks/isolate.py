@@ -8,18 +8,26 @@ before it answers, and the caller kills the child's whole tree on a hang, and
 any process it left behind on a crash. A call given a Confinement runs confined by the operating
 system (golden_tasks.sandbox) before it unpickles or loads anything of the kernel's: it reads the
 system, the interpreter and what it is allowed, writes one private directory, which is removed
-after it, and (unless allowed) reaches no network. Tensors cross in shared memory: the kernel
+after it, and (unless allowed) reaches no network. What it sends back is read as data only
+(_Returned): a pickle names what it calls to rebuild objects, and a kernel could send one that runs
+code in its caller. Tensors cross in shared memory: the kernel
 writes its outputs where the parent reads them. Output buffers sit between
 two guard regions filled with a canary; a kernel that writes past either end
 without crashing clobbers one, and the call fails naming the tensor and side.
 """
+import builtins
+import collections
 import contextlib
 import dataclasses
+import enum
 import glob
+import io
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
 import os
+import pathlib
+import pickle
 import shutil
 import signal
 import sys
@@ -68,12 +76,12 @@ class Guarded:
 @dataclasses.dataclass(frozen=True)
 class Confinement:
     """What a confined call may reach besides the system and the interpreter (sandbox.base_readable):
-    `readable` files and folders, and the network only with `network` (ranks meeting over loopback). It
-    writes `writable` (a directory its caller owns), else a private one removed after it. A call that
-    uses the GPU (`gpu`) is confined as sandbox.confine says of one; any other sees no GPU (its CUDA
-    driver is never started)."""
+    `readable` files and folders, and no network but, for a rank of a pool, the pool's own (`pool`: the
+    pid holding its namespace, sandbox.PoolNetwork). It writes `writable` (a directory its caller owns),
+    else a private one removed after it. A call that uses the GPU (`gpu`) is confined as sandbox.confine
+    says of one; any other sees no GPU (its CUDA driver is never started)."""
     readable: tuple = ()
-    network: bool = False
+    pool: int = None
     writable: str = None
     listable: tuple = ()  # folders whose names it may list (to import from them), never read
     gpu: bool = False
@@ -97,12 +105,12 @@ def _beside(folder: Path, withheld: set, listed: list) -> list:
     return [p for child in sorted(folder.iterdir()) if child not in withheld for p in _beside(child, withheld, listed)]
 
 
-def confinement(files, network: bool = False, writable: str = None, gpu: bool = False) -> Confinement:
+def confinement(files, pool: int = None, writable: str = None, gpu: bool = False) -> Confinement:
     """How a call that runs the kernel's code is confined: reading `files` and the user's source folders
     (never the store or the runs: the answers are there); None with sandbox=off, or where this machine
     cannot confine a process, unless the run requires it (config.sandbox), which is then a StageFailed.
     `gpu`: the call runs the kernel on a GPU (sandbox.GPU_GAPS): the store, the runs and the run's journal
-    are covered. With `network` (ranks meeting over loopback, which keep connect(2)), so are the
+    are covered. For a rank of a pool (`pool`) on a GPU, which keeps unix sockets (NCCL's), so are the
     multiprocessing forkservers' folders in the temporary folder, whose sockets would fork an
     unconfined process for whoever connects."""
     mode = config.sandbox()
@@ -117,10 +125,10 @@ def confinement(files, network: bool = False, writable: str = None, gpu: bool = 
         withheld.add(Path(journal).parent)
     sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]
     hidden = [*withheld] if gpu else []
-    if network:
+    if gpu and pool:
         hidden += sorted({Path(p) for base in (tempfile.gettempdir(), "/tmp")
                           for p in glob.glob(os.path.join(base, "pymp-*"))})
-    return Confinement((*map(str, files), *map(str, sources)), network, writable, tuple(map(str, listed)), gpu,
+    return Confinement((*map(str, files), *map(str, sources)), pool, writable, tuple(map(str, listed)), gpu,
                        tuple(map(str, hidden)))
 
 
@@ -140,6 +148,8 @@ def _confine(confinement: Confinement, private: str) -> None:
     for name in _PRIVATE:
         os.environ[name] = private
     os.environ["NCCL_SHM_DISABLE"] = "1"  # /dev/shm is each rank's own: NCCL's ranks meet by sockets instead
+    if confinement.pool:  # the pool's namespace has a loopback alone (gloo would bind the host name's address)
+        os.environ.update(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo")
     if not confinement.gpu:  # no GPU, and torch counts none without asking a driver (torch.cuda.device_count)
         os.environ.update(CUDA_VISIBLE_DEVICES="", PYTORCH_NVML_BASED_CUDA_CHECK="1")
     sys.dont_write_bytecode = True
@@ -150,7 +160,7 @@ def _confine(confinement: Confinement, private: str) -> None:
         codecache._HEADER_DIR = os.path.join(private, "precompiled_headers")
         codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
     sandbox.confine(Path(private), [*sandbox.base_readable(), *map(Path, confinement.readable)],
-                    network=confinement.network, listable=list(map(Path, confinement.listable)),
+                    pool=confinement.pool, listable=list(map(Path, confinement.listable)),
                     hidden=list(map(Path, confinement.hidden)), landlock=not confinement.gpu)
     _confined = True
 
@@ -251,6 +261,25 @@ class Outcome:
                           "its process and every process it started were killed")
 
 
+class _Returned(pickle.Unpickler):
+    """Reads what a confined call sent back as data: a pickle may name only classes whose rebuilding runs
+    no code of consequence (golden_tasks' dataclasses, exceptions and enums, builtins' exceptions and
+    containers, paths, torch's sizes, dtypes and devices); anything else (os.system, a module's function,
+    torch's rebuilders of a tensor, which would fetch a descriptor from wherever the pickle says) is
+    refused. Tensors cross in shared memory the caller made (Guarded), never in an answer."""
+    _DATA = {builtins.set, builtins.frozenset, builtins.bytearray, builtins.complex, builtins.slice,
+             builtins.range, collections.OrderedDict, pathlib.PosixPath, pathlib.PurePosixPath, torch.Size,
+             torch.device}
+
+    def find_class(self, module: str, name: str):
+        found = getattr(sys.modules.get(module), name, None) if "." not in name else None
+        if isinstance(found, torch.dtype) or found in self._DATA or isinstance(found, type) and (
+                module == "builtins" and issubclass(found, BaseException) or module.startswith("golden_tasks.")
+                and (dataclasses.is_dataclass(found) or issubclass(found, (BaseException, enum.Enum)))):
+            return found
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which is not data a kernel's process may send")
+
+
 class _Call:
     """target(*args) running in a child process; its answer arrives on `connection`."""
 
@@ -267,10 +296,15 @@ class _Call:
 
     def receive(self) -> Outcome:
         try:
-            ok, value = self.connection.recv()
+            if self.private is None:
+                ok, value = self.connection.recv()
+            else:
+                ok, value = _Returned(io.BytesIO(self.connection.recv_bytes())).load()
         except EOFError:  # the child died before answering
             self.process.join()
             return Outcome("crashed", _death(self.process.exitcode))
+        except (pickle.UnpicklingError, ValueError, TypeError) as exc:  # forged: refused, never run
+            return Outcome("raised", f"its process sent back what is not a result: {exc}")
         return Outcome("returned" if ok else "raised", value)
 
     def kill(self) -> None:
@@ -325,6 +359,18 @@ def call(target, args: tuple, timeout: float, what: str, confinement: Confinemen
     """target(*args) in a child process (confined to `confinement`, if given); its return value, or
     StageFailed on a crash, a hang past `timeout` seconds, or an exception (named `what` in the message)."""
     return call_all([(target, args)], timeout, confinement=confinement)[0].result(what)
+
+
+@contextlib.contextmanager
+def running(target, args: tuple):
+    """target(*args) in a child process while the block runs (for a helper the block needs): yields the
+    child's pid; the child and whatever it started are killed after the block."""
+    helper = _Call(target, args)
+    try:
+        yield helper.process.pid
+    finally:
+        helper.kill()
+        helper.close()
 
 
 def short_temp(prefix: str) -> str:

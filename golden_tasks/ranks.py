@@ -10,11 +10,13 @@ shared memory, Out/InOut between guard regions, and reads the outputs back
 into whole tensors. `run` starts every rank at once as an isolated call
 (golden_tasks.isolate) running a rank program (one call, or the benchmark's
 rounds). With more than one rank they meet in a torch.distributed process group
-(gloo; NCCL for CUDA artifacts) through a TCPStore the caller hosts on a
-loopback port the system picks for this pool alone, so concurrent pools never
-collide. Each rank (Rank: also what a launched process runs, golden_tasks.launched)
-places its tensors on its device once, runs the program, copies back once and
-leaves the group.
+(gloo; NCCL for CUDA artifacts) through a TCPStore rank 0 hosts on a loopback
+port the caller had the system pick for this pool alone, so concurrent pools
+never collide; confined ranks share a network namespace of the pool's own
+(sandbox.PoolNetwork), where that port is, and nothing else. Each rank
+(Rank: also what a launched process runs, golden_tasks.launched) places its
+tensors on its device once, runs the program, copies back once and leaves the
+group.
 
 A fault names its rank. Collective errors name no rank, and a crash makes every
 peer fail too (connection reset), so the caller judges from all the ranks'
@@ -33,7 +35,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from . import isolate
+from . import isolate, sandbox
 from .errors import StageFailed
 from .specs import STACKED, canary, dtype_of
 from .stages import back_to_host, on_device, same_bits
@@ -163,12 +165,15 @@ class Rank:
     def __init__(self, rank: int, world: int):
         self.rank, self.world, self.phase = rank, world, "joining the process group"
 
-    def join(self, device: str, timeout: float, address=None, meeting=None) -> None:
+    def join(self, device: str, timeout: float, address=None, meeting=None, listener=None) -> None:
         """Join the group (gloo; NCCL for a CUDA device, one GPU per rank on its machine) through the
-        TCPStore at `address`, or the store `meeting`; a collective may wait `timeout` seconds."""
+        TCPStore at `address` (served by this rank from `listener`, a socket bound there, if given), or
+        the store `meeting`; a collective may wait `timeout` seconds."""
         if device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", self.rank)) % torch.cuda.device_count())
-        store = meeting or dist.TCPStore(*address, is_master=False, timeout=datetime.timedelta(seconds=JOIN_SECONDS))
+        store = meeting or dist.TCPStore(*address, is_master=listener is not None, wait_for_workers=False,
+                                         master_listen_fd=listener.detach() if listener else None,
+                                         timeout=datetime.timedelta(seconds=JOIN_SECONDS))
         # every rank first waits (up to JOIN_SECONDS) for the others to arrive: on a loaded machine a rank
         # may start late, and the group's own wait is the case's timeout, meant for the kernel's collectives
         store.set(f"arrived/{self.rank}", "1")
@@ -214,14 +219,15 @@ class Rank:
                            "".join(traceback.format_exception(exc)).rstrip())
 
 
-def _rank_main(program, artifact, args: list, rank: int, world: int, address, timeout: float):
-    """Runs in a pool's rank process: join, run, leave (Rank). An exception comes back as a
-    RankFailure; the process then ends without leaving the group (its peers see it at once)."""
+def _rank_main(program, artifact, args: list, rank: int, world: int, address, timeout: float, listener=None):
+    """Runs in a pool's rank process: join (rank 0 serving the store from `listener`), run, leave
+    (Rank). An exception comes back as a RankFailure; the process then ends without leaving the group
+    (its peers see it at once)."""
     me = Rank(rank, world)
     try:
         if world > 1:
             torch.set_num_threads(max(1, torch.get_num_threads() // world))
-            me.join(artifact.device, timeout, address)
+            me.join(artifact.device, timeout, address, listener=listener)
         result = me.run(program, artifact, args)
         if world > 1:
             me.leave()
@@ -231,22 +237,26 @@ def _rank_main(program, artifact, args: list, rank: int, world: int, address, ti
 
 
 @contextlib.contextmanager
-def _rendezvous(world: int, timeout: float):
-    """(host, port) of a TCPStore for one pool, listening on loopback only, on a port the system
-    picked and this process holds until the pool is done; None for a world of one."""
+def _rendezvous(world: int, confinement):
+    """For one pool: a socket bound to a loopback port the system picked, which this process holds until
+    the pool is done and rank 0 serves the store from (it then listens on loopback only, on a port
+    nobody else can take), and the confinement of the ranks: in the pool's network namespace when
+    confined (the socket is made there). For a world of one: no socket, `confinement` as it is."""
     if world == 1:
-        yield None
-        return
-    sock = socket.socket()
-    sock.bind((LOOPBACK, 0))
-    port = sock.getsockname()[1]
-    # the store takes the bound socket: it then listens on loopback only, on a port nobody else can take
-    store = dist.TCPStore(LOOPBACK, port, is_master=True, wait_for_workers=False, master_listen_fd=sock.detach(),
-                          timeout=datetime.timedelta(seconds=timeout))
-    try:
-        yield LOOPBACK, port
-    finally:
-        del store  # closes the port
+        yield None, confinement
+    elif confinement:
+        ours, theirs = socket.socketpair()
+        with ours, theirs, isolate.running(sandbox.hold_pool_network, (theirs,)) as holder:
+            try:
+                pool = sandbox.PoolNetwork.received(ours, holder)
+            except sandbox.SandboxError as exc:
+                raise StageFailed(f"could not confine the kernel's ranks: {exc}") from None
+            with pool.listener:
+                yield pool.listener, dataclasses.replace(confinement, pool=holder)
+    else:
+        with socket.socket() as listener:
+            listener.bind((LOOPBACK, 0))
+            yield listener, confinement
 
 
 def unavailable(artifact, world: int) -> str:
@@ -266,10 +276,12 @@ def run(program, artifact, placement: Placement, timeout: float, calls: float, w
     before the ranks count as hung). StageFailed names the rank that failed and why."""
     world = placement.world
     budget = timeout * calls + (JOIN_SECONDS if world > 1 else 0)
-    confinement = isolate.confinement(artifact.files.values(), network=world > 1, gpu=artifact.device == "cuda")
-    with _rendezvous(world, timeout) as address:
+    confinement = isolate.confinement(artifact.files.values(), gpu=artifact.device == "cuda")
+    with _rendezvous(world, confinement) as (listener, confinement):
+        address = listener and (LOOPBACK, listener.getsockname()[1])
         jobs = [(_rank_main, (program, artifact, args + [a for more in also for a in more.args[rank]], rank, world,
-                              address, timeout)) for rank, args in placement.args.items()]
+                              address, timeout, listener if rank == 0 else None))
+                for rank, args in placement.args.items()]
         outcomes = isolate.call_all(jobs, budget, confinement=confinement,
                                     failed=lambda o: o.kind != "returned" or isinstance(o.value, RankFailure))
     if all(o.kind == "returned" and isinstance(o.value, RankResult) for o in outcomes):
@@ -314,8 +326,8 @@ def verdict(outcomes: list, what: str) -> str:
         if r in hung and o.kind != "hung":
             return (f"hung in a collective {f.phase} after the other ranks had finished theirs:\n{f.text}" if full
                     else f"hung in a collective {f.phase}: {f.first_line}")
-        kind = "a failed collective" if f.communication else "an error"
-        return f"{kind} {f.phase}:\n{f.text}" if full else f"{kind} {f.phase}: {f.first_line}"
+        kind = "a failed collective" if f.communication else "an error"  # its own message first, then where
+        return f"{kind} {f.phase}: {f.first_line}" + (f"\n{f.text}" if full else "")
 
     lines = [f"{what} failed on rank {r} (of {world}): {describe(r, True)}" for r in culprits]
     others = [f"  rank {r}: {describe(r, False)}" for r in range(world) if r not in culprits]

@@ -14,20 +14,24 @@ What is defended, and how:
 - Writing, creating, removing, truncating: only beneath `writable`. A file outside cannot be linked
   (EXDEV) or moved (EACCES) into it, and a symlink to it leads nowhere. Character devices in
   `readable` (/dev/null, a GPU's) may also be opened for writing, with ioctls (handled from ABI 5).
-- Network, unless `network`: a new network namespace (a down loopback and nothing else: no route,
-  no DNS), Landlock's TCP bind and connect with no rule (ABI >= 4), abstract unix sockets scoped to
-  the domain (ABI >= 6), and a seccomp filter failing connect(2), datagram unix sockets and io_uring
-  with EPERM. The filter is needed: a pathname unix socket is a file that neither Landlock (up to
-  ABI 7) nor the namespace keeps the code from, so it would reach every listener on the host this
-  user may write to -- the multiprocessing forkserver's among them, which forks an unconfined process
-  for whoever connects (tried: a child confined with network=True read the cache that way), an ssh
-  agent, docker.sock. Connected sockets and socketpairs keep working, and listening does: a tensor sent over
-  a multiprocessing connection is fetched by the receiver, outside, from a listener of the sender's.
+- Network: a new network namespace (a down loopback and nothing else: no route, no DNS), Landlock's
+  TCP bind and connect with no rule (ABI >= 4), abstract unix sockets scoped to the domain (ABI >= 6),
+  and a seccomp filter failing connect(2), datagram unix sockets and io_uring with EPERM. The filter
+  is needed: a pathname unix socket is a file that neither Landlock (up to ABI 7) nor the namespace
+  keeps the code from, so it would reach every listener on the host this user may write to -- the
+  multiprocessing forkserver's among them, which forks an unconfined process for whoever connects
+  (tried: a child confined without the filter read the cache that way), an ssh agent, docker.sock.
+  Connected sockets and socketpairs keep working, and listening does: a tensor sent over a
+  multiprocessing connection is fetched by the receiver, outside, from a listener of the sender's.
+- The ranks of a pool, which meet over TCP, share one network namespace of their own (PoolNetwork:
+  a loopback up, nothing else), held by a small process that made it, and connect(2) there; they
+  cannot make a unix socket at all (socket(AF_UNIX) fails; socketpairs work), so no listener of the
+  host's is reachable by its name, and the rendezvous listens on a socket made inside the namespace.
 - Other processes: Landlock forbids ptrace-class access to processes outside the domain, so another
   process's /proc/<pid>/environ, mem, maps, fd/, cwd, root are EACCES; and (ABI >= 6) signals to
   them are EPERM. Signals to and /proc of the process's own descendants still work (they inherit its
   domain), and signals from outside, a parent-death signal too, still arrive.
-- Privileges: a new user namespace (with or without `network`) takes every capability in the initial
+- Privileges: a new user namespace (a pool's, nested) takes every capability in the initial
   one away (this matters when run as root); uid and gid map to themselves, so ownership reads as
   before. The namespace's own capabilities are dropped too (its CAP_NET_ADMIN and CAP_SYS_ADMIN are
   kernel attack surface), and no_new_privs keeps setuid and file capabilities from giving any back.
@@ -44,14 +48,15 @@ entry's size, mtime, or a mode that locks its owner out), never its content. Fil
 open before confine() keep their access: close what the code must not have (a directory descriptor
 gives nothing beneath it: every open's path is checked). The forked memory (objects, os.environ) is
 the code's to read: scrub secrets before forking. Other processes' /proc/<pid>/cmdline and status
-stay readable, and all of /etc (/etc/shadow too, for root). With `network`, abstract and pathname unix
-sockets on the host are reachable, the forkserver's included (see above). Below ABI 6 signals to the
+stay readable, and all of /etc (/etc/shadow too, for root). Below ABI 6 signals to the
 user's other processes are not stopped, below ABI 5 device ioctls are not.
 
 A process that uses a GPU is confined without Landlock (see confine): GPU_GAPS.
 """
 import ctypes
+import dataclasses
 import errno
+import fcntl
 import functools
 import glob
 import os
@@ -59,7 +64,9 @@ import platform
 import shlex
 import shutil
 import site
+import socket
 import stat
+import struct
 import sys
 import warnings
 from pathlib import Path
@@ -106,6 +113,7 @@ SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
 BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_AND_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x54, 0x06
 AF_UNIX, SOCK_DGRAM, SOCK_TYPE_MASK = 1, 2, 0xF
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1  # include/uapi/linux/{sockios,if}.h
 __X32_SYSCALL_BIT = 0x40000000
 __NR_io_uring_setup = 425  # the same everywhere
 # AUDIT_ARCH_* and __NR_socket, __NR_socketpair, __NR_connect of the architectures known here
@@ -124,6 +132,7 @@ if _LINUX:  # elsewhere support() says why not, and nothing calls libc
     _libc = ctypes.CDLL(None, use_errno=True)
     _libc.syscall.restype = ctypes.c_long
     _libc.unshare.argtypes = [ctypes.c_int]
+    _libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
     _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
@@ -236,15 +245,38 @@ def _write(path: str, text: str) -> None:
         raise _fail(f"writing {text.strip()!r} to {path}", exc.errno) from None
 
 
-def _enter_namespaces(network: bool, hidden=()) -> None:
-    """A new user namespace owning a new mount namespace, with a private tmpfs on /dev/shm and an empty
-    read-only one on each folder of `hidden`, and, unless `network`, a new network namespace."""
-    uid, gid = os.geteuid(), os.getegid()
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | (0 if network else CLONE_NEWNET)) != 0:
-        raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS" + (")" if network else " | CLONE_NEWNET)"))
+def _map_ids(uid: int, gid: int) -> None:
+    """In a user namespace just made: uid and gid map to themselves."""
     _write("/proc/self/setgroups", "deny")  # an unprivileged gid_map requires it
     _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
     _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+
+
+def _join(holder: int) -> None:
+    """Enter the user and network namespaces of process `holder` (hold_pool_network): the network namespace
+    belongs to that user namespace, where this process, made by the same user, has the right to join."""
+    for kind, flag in (("user", CLONE_NEWUSER), ("net", CLONE_NEWNET)):
+        try:
+            fd = os.open(f"/proc/{holder}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _fail(f"opening the pool's {kind} namespace (process {holder})", exc.errno) from None
+        try:
+            if _libc.setns(fd, flag) != 0:
+                raise _fail(f"setns (joining the pool's {kind} namespace)")
+        finally:
+            os.close(fd)
+
+
+def _enter_namespaces(pool: int | None, hidden=()) -> None:
+    """A new user namespace owning a new mount namespace, with a private tmpfs on /dev/shm and an empty
+    read-only one on each folder of `hidden`, and a new network namespace, or the pool's (`pool`: the
+    pid of the process holding it, whose user namespace the new one nests in)."""
+    uid, gid = os.geteuid(), os.getegid()
+    if pool is not None:
+        _join(pool)
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | (0 if pool else CLONE_NEWNET)) != 0:
+        raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS" + (")" if pool else " | CLONE_NEWNET)"))
+    _map_ids(uid, gid)
     if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:  # no mount propagates out, or in
         raise _fail("making the mounts private")
     if os.path.isdir("/dev/shm") and _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
@@ -263,43 +295,53 @@ def _drop_capabilities() -> None:
         raise _fail("capset (dropping capabilities)")
 
 
-def _forbid_dialing() -> None:
-    """seccomp: connect(2), datagram unix sockets (sendto an address) and io_uring (connects past
-    seccomp) fail with EPERM; so does any call of a foreign ABI (i386 on x86_64, x32)."""
+def _assemble(program: list) -> list:
+    """A classic BPF program from (code, k, if true, if false) steps, where a jump names its targets (a
+    label, or "next"), and ("label", name) marks the step that follows: the (code, jt, jf, k) tuples."""
+    where, steps = {}, []
+    for step in program:
+        if step[0] == "label":
+            where[step[1]] = len(steps)
+        else:
+            steps.append(step)
+    where_next = lambda i, target: where[target] - i - 1 if target != "next" else 0  # noqa: E731
+    return [(code, where_next(i, yes), where_next(i, no), k) for i, (code, k, yes, no) in enumerate(steps)]
+
+
+def _forbid_dialing(pool: bool, unix: bool) -> None:
+    """seccomp: EPERM for io_uring (which connects past seccomp) and any call of a foreign ABI (i386 on
+    x86_64, x32); for connect(2) but in a pool (`pool`: its own network namespace); and, unless `unix`
+    (NCCL's ranks need them), for datagram unix sockets (sendto an address), and in a pool for any
+    socket(AF_UNIX) (alone, a stream one cannot connect, and listens to pass a tensor on)."""
     arch, nr_socket, nr_socketpair, nr_connect = _ARCHES[platform.machine()]
-    deny, allow = SECCOMP_RET_ERRNO | errno.EPERM, SECCOMP_RET_ALLOW
-    program = [  # (code, jt, jf, k): a jump skips jt or jf instructions; 14 is allow, 15 deny
-        (BPF_LD_W_ABS, 0, 0, 4),  # 0: seccomp_data.arch
-        (BPF_JEQ_K, 1, 0, arch),  # 1
-        (BPF_RET_K, 0, 0, deny),  # 2
-        (BPF_LD_W_ABS, 0, 0, 0),  # 3: seccomp_data.nr
-        (BPF_JGE_K, 10, 0, __X32_SYSCALL_BIT),  # 4
-        (BPF_JEQ_K, 9, 0, nr_connect),  # 5
-        (BPF_JEQ_K, 8, 0, __NR_io_uring_setup),  # 6
-        (BPF_JEQ_K, 1, 0, nr_socket),  # 7 -> 9
-        (BPF_JEQ_K, 0, 5, nr_socketpair),  # 8 -> 9, else allow
-        (BPF_LD_W_ABS, 0, 0, 16),  # 9: the domain, args[0] (its low half: little-endian)
-        (BPF_JEQ_K, 0, 3, AF_UNIX),  # 10
-        (BPF_LD_W_ABS, 0, 0, 24),  # 11: the type, args[1], with SOCK_CLOEXEC and SOCK_NONBLOCK
-        (BPF_AND_K, 0, 0, SOCK_TYPE_MASK),  # 12
-        (BPF_JEQ_K, 1, 0, SOCK_DGRAM),  # 13
-        (BPF_RET_K, 0, 0, allow),  # 14
-        (BPF_RET_K, 0, 0, deny),  # 15
-    ]
-    filters = (_SockFilter * len(program))(*(_SockFilter(code, jt, jf, k) for code, jt, jf, k in program))
-    fprog = _SockFprog(len(program), filters)
+    domain, kind = ("ld", 16, "next", "next"), ("ld", 24, "next", "next")  # args[0], args[1]: their low halves
+    program = [("ld", 4, "next", "next"), ("jeq", arch, "next", "deny"),  # seccomp_data.arch
+               ("ld", 0, "next", "next"), ("jge", __X32_SYSCALL_BIT, "deny", "next"),  # seccomp_data.nr
+               *([] if pool else [("jeq", nr_connect, "deny", "next")]),
+               ("jeq", __NR_io_uring_setup, "deny", "next")]
+    if not unix:
+        program += [("jeq", nr_socket, "socket", "next"), ("jeq", nr_socketpair, "pair", "allow"),
+                    ("label", "socket"), domain, ("jeq", AF_UNIX, "deny" if pool else "type", "allow"),
+                    ("label", "pair"), domain, ("jeq", AF_UNIX, "type", "allow"),
+                    ("label", "type"), kind, ("and", SOCK_TYPE_MASK, "next", "next"),  # less CLOEXEC, NONBLOCK
+                    ("jeq", SOCK_DGRAM, "deny", "allow")]
+    program += [("label", "allow"), ("ret", SECCOMP_RET_ALLOW, "next", "next"),
+                ("label", "deny"), ("ret", SECCOMP_RET_ERRNO | errno.EPERM, "next", "next")]
+    codes = {"ld": BPF_LD_W_ABS, "jeq": BPF_JEQ_K, "jge": BPF_JGE_K, "and": BPF_AND_K, "ret": BPF_RET_K}
+    steps = _assemble([step if step[0] == "label" else (codes[step[0]], *step[1:]) for step in program])
+    filters = (_SockFilter * len(steps))(*(_SockFilter(code, jt, jf, k) for code, jt, jf, k in steps))
+    fprog = _SockFprog(len(steps), filters)
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
         raise _fail("prctl(PR_SET_SECCOMP)")
 
 
-def _leave_host(network: bool, hidden=()) -> None:
-    """Namespaces (_enter_namespaces), no capabilities, no_new_privs and, unless `network`, no dialing."""
-    _enter_namespaces(network, hidden)
+def _leave_host(pool: int | None, hidden, unix: bool) -> None:
+    """Namespaces (_enter_namespaces), no capabilities, no_new_privs and the seccomp filter (_forbid_dialing)."""
+    _enter_namespaces(pool, hidden)
     _drop_capabilities()
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
-    if not network:
-        _forbid_dialing()
+    _forbid_dialing(pool is not None, unix)
 
 
 def _add_rule(ruleset: int, path: Path, rights: int, handled: int) -> None:
@@ -323,13 +365,15 @@ def _add_rule(ruleset: int, path: Path, rights: int, handled: int) -> None:
         os.close(fd)
 
 
-def confine(writable: Path, readable: list[Path], network: bool = False, listable: list[Path] = (),
+def confine(writable: Path, readable: list[Path], pool: int | None = None, listable: list[Path] = (),
             hidden: list[Path] = (), landlock: bool = True) -> None:
     """Confine the calling process, irreversibly, with every thread and process it starts later: it
     reads and executes only beneath `readable` (a path that does not exist is skipped; a character
     device there may also be written, with ioctls), lists (names only, never content) the directories
-    beneath `listable`, does anything beneath the directory `writable`,
-    and reaches no network and no unix socket by name unless `network`. Only a single-threaded
+    beneath `listable`, does anything beneath the directory `writable`, and reaches no network and no
+    unix socket by name. In a `pool` (the pid of the process holding its network namespace:
+    hold_pool_network) it connects over TCP within that namespace alone, and makes no unix socket (but
+    socketpairs). Only a single-threaded
     process can be confined (right after a fork). SandboxError names the step that failed; the
     process may then be partly confined, and must exit rather than run the code.
 
@@ -338,7 +382,8 @@ def confine(writable: Path, readable: list[Path], network: bool = False, listabl
     A process that uses a GPU passes landlock=False: the CUDA driver does not start under these Landlock
     rules (cudaGetDeviceCount: error 304, seen on an H200 with driver 580, Linux 6.18, where it starts
     with everything else here). `readable` and `listable` are then not enforced, and everything the
-    user may read or write but `hidden` stays open to it (GPU_GAPS)."""
+    user may read or write but `hidden` stays open to it (GPU_GAPS); in a pool it also makes unix
+    sockets (NCCL's ranks use datagram ones), so its caller must cover what listens where it can reach."""
     abi = _abi()
     if problem := _unsupported(abi):
         raise SandboxError(problem)
@@ -349,14 +394,14 @@ def confine(writable: Path, readable: list[Path], network: bool = False, listabl
     if not os.path.isdir(writable):
         raise SandboxError(f"the writable directory {writable} is not a directory")
     if not landlock:
-        _leave_host(network, hidden)
+        _leave_host(pool, hidden, unix=pool is not None)
         return
     handled = sum(rights for since, rights in _FS_RIGHTS.items() if abi >= since)
     attr = _RulesetAttr(handled, 0, 0)
-    if abi >= 4 and not network:
+    if abi >= 4 and pool is None:  # a pool's namespace is the pool's alone: it binds and connects there
         attr.handled_access_net = LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP  # no rule: none
-    if abi >= 6:  # abstract sockets belong to a network namespace: `network` leaves the host's open (NCCL's)
-        attr.scoped = LANDLOCK_SCOPE_SIGNAL | (0 if network else LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)
+    if abi >= 6:
+        attr.scoped = LANDLOCK_SCOPE_SIGNAL | LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
     size = 8 if abi < 4 else 16 if abi < 6 else 24  # an older kernel refuses fields it does not know
     ruleset = _syscall(SYS_landlock_create_ruleset, ctypes.addressof(attr), size, 0)
     if ruleset < 0:
@@ -367,12 +412,53 @@ def confine(writable: Path, readable: list[Path], network: bool = False, listabl
         for path in listable:
             _add_rule(ruleset, Path(path), LANDLOCK_ACCESS_FS_READ_DIR, handled)
         _add_rule(ruleset, Path(writable), handled, handled)
-        _leave_host(network, hidden)
+        _leave_host(pool, hidden, unix=False)
         _add_rule(ruleset, Path("/dev/shm"), handled, handled)  # the private tmpfs just mounted
         if _syscall(SYS_landlock_restrict_self, ruleset, 0) != 0:
             raise _fail("landlock_restrict_self")
     finally:
         os.close(ruleset)
+
+
+@dataclasses.dataclass
+class PoolNetwork:
+    """A network namespace for the ranks of one pool: `holder`, the pid of the process keeping it (what
+    confine(pool=) joins), and `listener`, a TCP socket bound to its loopback on a port the system picked,
+    for the pool's rendezvous (whichever process serves from it, it accepts only from inside)."""
+    holder: int
+    listener: socket.socket
+
+    @classmethod
+    def received(cls, answer: socket.socket, holder: int) -> "PoolNetwork":
+        """The namespace process `holder` made (hold_pool_network), its listener read from `answer`;
+        SandboxError, saying why, if it could not."""
+        message, fds, _, _ = socket.recv_fds(answer, 1000, 1)
+        if not fds:
+            why = message.decode(errors="replace").removeprefix("!") or "its process died"
+            raise SandboxError(f"making a network namespace for a pool of ranks: {why}")
+        return cls(holder, socket.socket(fileno=fds[0]))
+
+
+def hold_pool_network(answer: socket.socket) -> None:
+    """Run by the process that holds a pool's network namespace, single-threaded (a forkserver's child:
+    a plain fork may carry a thread that a library's fork handler started): make a user namespace owning
+    a network namespace, bring its loopback up, send a TCP socket bound to a loopback port there over
+    `answer` (PoolNetwork.received) and wait until the other end closes. A failure is sent instead."""
+    try:
+        uid, gid = os.geteuid(), os.getegid()
+        if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+            raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNET)")
+        _map_ids(uid, gid)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as control:  # struct ifreq: a name, its flags
+            flags = struct.unpack_from("16sH", fcntl.ioctl(control, SIOCGIFFLAGS, struct.pack("16s24x", b"lo")))[1]
+            fcntl.ioctl(control, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            socket.send_fds(answer, [b"ok"], [listener.fileno()])
+    except Exception as exc:  # noqa: BLE001 -- reported by the receiver
+        answer.sendall(f"!{exc}".encode()[:1000])
+        return
+    answer.recv(1)
 
 
 def _linked(folder: str) -> list:

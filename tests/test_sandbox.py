@@ -1,5 +1,6 @@
 """golden_tasks.sandbox: what a confined process tries and must fail at, each beside a control that must
 work. Every confinement happens in a forked child (never this process), which reports back through a pipe."""
+import contextlib
 import ctypes
 import errno
 import multiprocessing
@@ -49,15 +50,15 @@ def in_child(work):
     return value
 
 
-def confined(tmp_path: Path, probes: dict, network: bool = False, hidden=(), landlock=True) -> dict:
+def confined(tmp_path: Path, probes: dict, pool: int = None, hidden=(), landlock=True) -> dict:
     """Each probe run in one child confined to write tmp_path/"private" and read base_readable(), `hidden`
-    covered (with landlock=False, as a process that uses a GPU): name -> what it returned, or the
-    exception it raised."""
+    covered (with landlock=False, as a process that uses a GPU), in `pool`'s network namespace if given
+    (as a rank): name -> what it returned, or the exception it raised."""
     private = tmp_path / "private"
     private.mkdir(exist_ok=True)
 
     def work():
-        sandbox.confine(private, sandbox.base_readable(), network=network, hidden=hidden, landlock=landlock)
+        sandbox.confine(private, sandbox.base_readable(), pool=pool, hidden=hidden, landlock=landlock)
         results = {}
         for name, probe in probes.items():
             try:
@@ -66,6 +67,24 @@ def confined(tmp_path: Path, probes: dict, network: bool = False, hidden=(), lan
                 results[name] = exc
         return results
     return in_child(work)
+
+
+def a_socketpair() -> bytes:
+    """What crosses a socketpair (which a confined process keeps: it reaches no one else)."""
+    a, b = socket.socketpair()
+    with a, b:
+        a.send(b"ok")
+        return b.recv(2)
+
+
+@contextlib.contextmanager
+def pool_network():
+    """A pool's network namespace (sandbox.PoolNetwork), held as ranks.run holds one."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs, isolate.running(sandbox.hold_pool_network, (theirs,)) as holder:
+        network = sandbox.PoolNetwork.received(ours, holder)
+        with network.listener:
+            yield network
 
 
 @pytest.fixture
@@ -157,22 +176,62 @@ def test_the_runs_journal_folder_is_withheld(tmp_path, monkeypatch):
     assert str(tmp_path / "run") in isolate.confinement((), gpu=True).hidden
 
 
-def test_ranks_that_keep_the_network_cannot_reach_a_forkserver(tmp_path):
-    """Ranks meeting over loopback keep connect(2); the forkservers' folders (multiprocessing's pymp-*
-    in the temporary folder) are covered for them, so no forkserver's socket forks them an unconfined
-    process. A listener elsewhere stays reachable: the rest of the user's pathname sockets are a known gap."""
+def test_a_pools_ranks_meet_in_their_own_network_and_reach_no_other(tmp_path):
+    """Ranks of a pool share a network namespace of its own: they reach the pool's rendezvous over TCP,
+    not the host's loopback, and make no unix socket, so no listener is reachable by its name (not a
+    forkserver's, which would fork them an unconfined process, nor any other); socketpairs work."""
     server_dir = Path(tempfile.mkdtemp(prefix="pymp-golden-test-"))
     try:
-        with socket.socket(socket.AF_UNIX) as forkserver, socket.socket(socket.AF_UNIX) as other:
+        with socket.socket(socket.AF_UNIX) as forkserver, socket.socket(socket.AF_UNIX) as other, \
+                socket.create_server(("127.0.0.1", 0)) as host, pool_network() as network:
             forkserver.bind(str(server_dir / "listener"))
             other.bind(str(tmp_path / "other"))
             forkserver.listen()
             other.listen()
-            addresses = (str(server_dir / "listener"), str(tmp_path / "other"))
+            network.listener.listen()
+            rendezvous, host_address = network.listener.getsockname(), host.getsockname()
+
+            def unix(address):
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(address)
+                    return "connected"
+
+            def tcp(address):
+                with socket.create_connection(address, timeout=2):
+                    return "connected"
+
+            r = confined(tmp_path, {
+                "rendezvous": lambda: tcp(rendezvous), "host": lambda: tcp(host_address),
+                "forkserver": lambda: unix(str(server_dir / "listener")), "other": lambda: unix(str(tmp_path / "other")),
+                "interfaces": lambda: [name for _, name in socket.if_nameindex()], "socketpair": a_socketpair,
+            }, pool=network.holder)
+            accepted, _ = network.listener.accept()
+            accepted.close()
+    finally:
+        shutil.rmtree(server_dir, ignore_errors=True)
+    assert r["rendezvous"] == "connected" and r["interfaces"] == ["lo"] and r["socketpair"] == b"ok"
+    for attack in ("host", "forkserver", "other"):
+        assert isinstance(r[attack], OSError), (attack, r[attack])
+    assert r["forkserver"].errno == r["other"].errno == errno.EPERM  # socket(AF_UNIX) itself
+
+
+def test_a_gpu_pools_ranks_keep_unix_sockets_but_find_the_forkservers_covered(tmp_path):
+    """A GPU pool's ranks (no Landlock; NCCL's unix sockets) find the multiprocessing forkservers'
+    folders covered; the user's other pathname listeners stay reachable (a known gap, GPU_GAPS)."""
+    server_dir = Path(tempfile.mkdtemp(prefix="pymp-golden-test-"))
+    try:
+        with socket.socket(socket.AF_UNIX) as forkserver, socket.socket(socket.AF_UNIX) as other, \
+                pool_network() as network:
+            forkserver.bind(str(server_dir / "listener"))
+            other.bind(str(tmp_path / "other"))
+            forkserver.listen()
+            other.listen()
+            confinement = isolate.confinement((), pool=network.holder, writable=str(tmp_path), gpu=True)
+            assert str(server_dir) in confinement.hidden
 
             def reach():
                 outcomes = []
-                for address in addresses:
+                for address in (str(server_dir / "listener"), str(tmp_path / "other")):
                     with socket.socket(socket.AF_UNIX) as s:
                         try:
                             s.connect(address)
@@ -180,8 +239,6 @@ def test_ranks_that_keep_the_network_cannot_reach_a_forkserver(tmp_path):
                         except OSError as exc:
                             outcomes.append(type(exc).__name__)
                 return outcomes
-            confinement = isolate.confinement((), network=True, writable=str(tmp_path))
-            assert str(server_dir) in confinement.hidden
             ok, outcomes = isolate.call(_run_pickled, (cloudpickle.dumps(reach),), 60.0, "the probe", confinement)
     finally:
         shutil.rmtree(server_dir, ignore_errors=True)
@@ -241,27 +298,19 @@ def test_no_network(tmp_path):
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
                 return s.sendto(b"leak", str(tmp_path / "datagrams"))
 
-        def socketpair():
-            a, b = socket.socketpair()
-            with a, b:
-                a.send(b"ok")
-                return b.recv(2)
-
         r = confined(tmp_path, {
             "tcp": tcp_connect, "udp": udp_send, "unix": unix_connect, "unix datagram": unix_datagram,
             "dns": lambda: socket.getaddrinfo("example.com", 443),
             "interfaces": lambda: [name for _, name in socket.if_nameindex()],
             "localhost": lambda: socket.getaddrinfo("localhost", 80, socket.AF_INET)[0][4][0],
-            "socketpair": socketpair,
+            "socketpair": a_socketpair,
         })
         for attack in ("tcp", "udp", "unix", "unix datagram", "dns"):
             assert isinstance(r[attack], OSError), (attack, r[attack])
         assert r["interfaces"] == ["lo"] and r["localhost"] == "127.0.0.1" and r["socketpair"] == b"ok"
         assert not select.select([udp, unix, unix_dgram], [], [], 0.1)[0]  # nothing arrived
-        # the controls: the listeners work, and reach a child confined with network=True
-        with socket.create_connection(tcp.getsockname()):
+        with socket.create_connection(tcp.getsockname()):  # the control: the listener works
             pass
-        assert confined(tmp_path, {"tcp": tcp_connect}, network=True)["tcp"] == "connected"
 
 
 def test_a_tensor_still_reaches_the_parent_over_a_connection():
@@ -451,3 +500,38 @@ def test_the_sandbox_mode_enters_every_key_and_required_refuses_to_run_unconfine
     monkeypatch.setenv("GOLDEN_TASKS_SANDBOX", "sometimes")
     with pytest.raises(ValueError, match="sandbox='sometimes' is not one of auto, required, off"):
         isolate.confinement([])
+
+
+def test_what_a_confined_call_sends_back_is_read_as_data(tmp_path):
+    """A confined call's answer may not name a function to run where it is read (here os.system, in a pickle
+    the kernel's code sends in place of its process's answer), nor a tensor (whose rebuilding fetches a
+    descriptor from wherever the pickle says); the control: a golden_tasks dataclass, an exception, a size
+    and a dtype cross."""
+    marker = tmp_path / "ran"
+
+    def forge():
+        class RunsCode:
+            def __reduce__(self):
+                return os.system, (f"touch {marker}",)
+        frame = sys._getframe()
+        while "conn" not in frame.f_locals:  # isolate's child, which sends the answer
+            frame = frame.f_back
+        frame.f_locals["conn"].send((True, RunsCode()))
+        os._exit(0)
+
+    def honest():
+        return isolate.Outcome("returned", 1), ValueError("mine"), torch.Size([2, 3]), torch.float16
+
+    def tensor():
+        return torch.arange(6.0)
+
+    confinement = isolate.Confinement()  # a private directory of its own, with a short path (a socket's name)
+    with pytest.raises(Exception, match="sent back what is not a result: it names posix.system"):
+        isolate.call(_run_pickled, (cloudpickle.dumps(forge),), 60.0, "the probe", confinement)
+    assert not marker.exists()
+    with pytest.raises(Exception, match="it names torch.multiprocessing.reductions.rebuild_tensor"):
+        isolate.call(_run_pickled, (cloudpickle.dumps(tensor),), 60.0, "the probe", confinement)
+    ok, (outcome, error, size, dtype) = isolate.call(_run_pickled, (cloudpickle.dumps(honest),), 60.0, "the probe",
+                                                     confinement)
+    assert ok and outcome == isolate.Outcome("returned", 1) and str(error) == "mine"
+    assert size == (2, 3) and dtype == torch.float16
