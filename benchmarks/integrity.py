@@ -6,7 +6,9 @@ For honest kernels of about 10 us, 100 us and 1 ms (a matmul of three sizes):
   (`blocked_autorange`, whose clock costs almost nothing per call): goal within 10%; and against a plain
   loop timing each call with perf_counter (as the bench does, without its defences). Timer's blocks run
   the calls back to back, which for a small multi-threaded matmul is not what one call costs: where
-  Timer and the plain loop disagree, the bench should agree with the plain loop;
+  Timer and the plain loop disagree, the bench should agree with the plain loop. Both run in a child
+  forked from golden_tasks' forkserver (golden_tasks.isolate), the kind of process the bench's rank is:
+  the same matmul is 5-10% slower in this script's own process, which has started and waited on others;
 - the bench stage's wall time with the defences (this checkout) and before them (`--before`, by default
   the commit before they landed, unpacked with `git archive`), each in its own process and cache, the
   same kernel, the same default adaptive rounds.
@@ -29,6 +31,9 @@ import torch
 from torch.utils.benchmark import Timer
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from golden_tasks import isolate  # noqa: E402 -- this checkout's, not an installed one
+
 SIZES = {"10 us": 40, "100 us": 120, "1 ms": 400}  # matmul sizes near those times on a 2-core CPU
 
 KERNEL = '''
@@ -80,7 +85,7 @@ def timer_median(n: int, threads: int) -> float:
 
 
 def loop_median(n: int) -> float:
-    """The median of calls timed one by one with perf_counter, in this process, with its threads."""
+    """The median of calls timed one by one with perf_counter, with the process's threads."""
     x, out = torch.randn(n, n), torch.empty(n, n)
     calls = max(200, int(0.5 / max(timer_median(n, torch.get_num_threads()) * 1e-6, 1e-6)))
     times = []
@@ -96,6 +101,7 @@ def main() -> None:
     parser.add_argument("--before", default="afa3949", help="the checkout without the defences (a git revision)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    import integrity  # this file as a module (its folder is sys.path[0]): a child finds its functions by name
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "integrity_kernel.py").write_text(KERNEL)
@@ -109,8 +115,8 @@ def main() -> None:
             timers, loops, now, old = [], [], [], []
             for r in range(args.repeats):
                 now.append(measure(ROOT, n, tmp / f"now{n}-{r}"))
-                timers.append(timer_median(n, torch.get_num_threads()))
-                loops.append(loop_median(n))
+                timers.append(isolate.call(integrity.timer_median, (n, torch.get_num_threads()), 600, "Timer"))
+                loops.append(isolate.call(integrity.loop_median, (n,), 600, "the plain loop"))
                 old.append(measure(before, n, tmp / f"before{n}-{r}"))
             timer, loop = statistics.median(timers), statistics.median(loops)
             bench = statistics.median(m["median"] for m in now)
