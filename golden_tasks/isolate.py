@@ -30,6 +30,7 @@ import pathlib
 import pickle
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -362,15 +363,20 @@ def call(target, args: tuple, timeout: float, what: str, confinement: Confinemen
 
 
 @contextlib.contextmanager
-def running(target, args: tuple):
-    """target(*args) in a child process while the block runs (for a helper the block needs): yields the
-    child's pid; the child and whatever it started are killed after the block."""
-    helper = _Call(target, args)
-    try:
-        yield helper.process.pid
-    finally:
-        helper.kill()
-        helper.close()
+def pool_network():
+    """A network namespace of a pool of ranks' own (sandbox.PoolNetwork) while the block runs, held by a
+    helper child (a forkserver's: single-threaded, as unshare(CLONE_NEWUSER) needs), which is killed after
+    the block; sandbox.SandboxError, saying why, if it cannot be made."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        helper = _Call(sandbox.hold_pool_network, (theirs,))
+        try:
+            network = sandbox.PoolNetwork.received(ours, helper.process.pid)
+            with network.listener:
+                yield network
+        finally:
+            helper.kill()
+            helper.close()
 
 
 def short_temp(prefix: str) -> str:

@@ -245,14 +245,12 @@ def _rendezvous(world: int, confinement):
     if world == 1:
         yield None, confinement
     elif confinement:
-        ours, theirs = socket.socketpair()
-        with ours, theirs, isolate.running(sandbox.hold_pool_network, (theirs,)) as holder:
+        with contextlib.ExitStack() as stack:
             try:
-                pool = sandbox.PoolNetwork.received(ours, holder)
+                pool = stack.enter_context(isolate.pool_network())
             except sandbox.SandboxError as exc:
                 raise StageFailed(f"could not confine the kernel's ranks: {exc}") from None
-            with pool.listener:
-                yield pool.listener, dataclasses.replace(confinement, pool=holder)
+            yield pool.listener, dataclasses.replace(confinement, pool=pool.holder)
     else:
         with socket.socket() as listener:
             listener.bind((LOOPBACK, 0))

@@ -274,8 +274,9 @@ def _enter_namespaces(pool: int | None, hidden=()) -> None:
     uid, gid = os.geteuid(), os.getegid()
     if pool is not None:
         _join(pool)
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | (0 if pool else CLONE_NEWNET)) != 0:
-        raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS" + (")" if pool else " | CLONE_NEWNET)"))
+    alone = pool is None
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | (CLONE_NEWNET if alone else 0)) != 0:
+        raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS" + (" | CLONE_NEWNET)" if alone else ")"))
     _map_ids(uid, gid)
     if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:  # no mount propagates out, or in
         raise _fail("making the mounts private")
@@ -422,9 +423,10 @@ def confine(writable: Path, readable: list[Path], pool: int | None = None, lista
 
 @dataclasses.dataclass
 class PoolNetwork:
-    """A network namespace for the ranks of one pool: `holder`, the pid of the process keeping it (what
-    confine(pool=) joins), and `listener`, a TCP socket bound to its loopback on a port the system picked,
-    for the pool's rendezvous (whichever process serves from it, it accepts only from inside)."""
+    """A network namespace for the ranks of one pool (isolate.pool_network makes one): `holder`, the pid of
+    the process keeping it (what confine(pool=) joins), and `listener`, a TCP socket bound to its loopback
+    on a port the system picked, for the pool's rendezvous (whichever process serves from it, it accepts
+    only from inside)."""
     holder: int
     listener: socket.socket
 

@@ -1,6 +1,5 @@
 """golden_tasks.sandbox: what a confined process tries and must fail at, each beside a control that must
 work. Every confinement happens in a forked child (never this process), which reports back through a pipe."""
-import contextlib
 import ctypes
 import errno
 import multiprocessing
@@ -75,16 +74,6 @@ def a_socketpair() -> bytes:
     with a, b:
         a.send(b"ok")
         return b.recv(2)
-
-
-@contextlib.contextmanager
-def pool_network():
-    """A pool's network namespace (sandbox.PoolNetwork), held as ranks.run holds one."""
-    ours, theirs = socket.socketpair()
-    with ours, theirs, isolate.running(sandbox.hold_pool_network, (theirs,)) as holder:
-        network = sandbox.PoolNetwork.received(ours, holder)
-        with network.listener:
-            yield network
 
 
 @pytest.fixture
@@ -183,7 +172,7 @@ def test_a_pools_ranks_meet_in_their_own_network_and_reach_no_other(tmp_path):
     server_dir = Path(tempfile.mkdtemp(prefix="pymp-golden-test-"))
     try:
         with socket.socket(socket.AF_UNIX) as forkserver, socket.socket(socket.AF_UNIX) as other, \
-                socket.create_server(("127.0.0.1", 0)) as host, pool_network() as network:
+                socket.create_server(("127.0.0.1", 0)) as host, isolate.pool_network() as network:
             forkserver.bind(str(server_dir / "listener"))
             other.bind(str(tmp_path / "other"))
             forkserver.listen()
@@ -221,7 +210,7 @@ def test_a_gpu_pools_ranks_keep_unix_sockets_but_find_the_forkservers_covered(tm
     server_dir = Path(tempfile.mkdtemp(prefix="pymp-golden-test-"))
     try:
         with socket.socket(socket.AF_UNIX) as forkserver, socket.socket(socket.AF_UNIX) as other, \
-                pool_network() as network:
+                isolate.pool_network() as network:
             forkserver.bind(str(server_dir / "listener"))
             other.bind(str(tmp_path / "other"))
             forkserver.listen()
