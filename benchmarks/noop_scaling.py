@@ -8,15 +8,21 @@ with its own cache:
 - the no-op `doit -n 2 verify` (the median of `--repeats`), against (a) `python -c "import torch"`
   and (b) doit's floor: a dodo.py of as many trivially up-to-date tasks as the library has;
 - the run right after one kernel module was edited (a comment: only that module is planned again,
-  every stage stays cached).
+  every stage stays cached);
+- `doit abi:<case>` of an unchanged module, and of that module right after another comment edit;
+- the size of runs/report.json.
+
+With --library, the kernel library of this repository (kernels/) first, the same way.
 
 Goals (issue 28): library no-op <= 0.15x import torch; at 1,000 cases <= 1.5x doit's floor and under
-1 s; from 300 to 1,000 cases the no-op grows linearly or better.
+1 s; from 300 to 1,000 cases the no-op grows linearly or better; `doit abi:<case>` <= 0.3 s unchanged,
+within 1.3x of import torch right after an edit.
 
-    python benchmarks/noop_scaling.py [--sizes 30 300 1000] [--repeats 3]
+    python benchmarks/noop_scaling.py [--library] [--sizes 30 300 1000] [--repeats 3]
 """
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -66,7 +72,9 @@ def timed(cmd: list, cwd: Path, env: dict) -> float:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        sys.exit(f"{' '.join(map(str, cmd))} failed in {cwd}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        failed = [line for line in proc.stdout.splitlines() if ": FAIL at " in line or "error" in line.lower()]
+        sys.exit(f"{' '.join(map(str, cmd))} failed in {cwd}:\n" + "\n".join(failed[:20] or [proc.stdout[-3000:]])
+                 + f"\n{proc.stderr[-3000:]}")
     return seconds
 
 
@@ -82,41 +90,69 @@ def library(path: Path, cases: int) -> None:
         (kernels / f"gen_{m // PER_MODULE:04d}.py").write_text(text)
 
 
+def copied_library(path: Path) -> None:
+    """A project at `path` with this repository's kernel library."""
+    path.mkdir(parents=True)
+    (path / "dodo.py").write_text(DODO)
+    shutil.copytree(ROOT / "kernels", path / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def measure(name: str, path: Path, tmp: Path, base: dict, repeats: int) -> float:
+    """Print the row of the project at `path`; return its no-op seconds."""
+    doit = [sys.executable, "-m", "doit"]
+    env = {**base, "GOLDEN_TASKS_CACHE": str(path / "cache"), "GOLDEN_TASKS_RUNS": str(path / "runs")}
+    cold = timed([*doit, "-n", "2", "verify"], path, env)
+    listed = subprocess.run([*doit, "list", "--all", "-q"], cwd=path, env=env, capture_output=True, text=True)
+    tasks = len(listed.stdout.split())
+    cases = sum(1 for t in listed.stdout.split() if t.startswith("verify:"))
+    first = next(t.partition(":")[2] for t in listed.stdout.split() if t.startswith("abi:"))
+    modules = sorted((path / "kernels").glob("[!_]*.py"))  # the edited one: where the timed case is named
+    module = next((m for m in modules if f'"{first}"' in m.read_text()), modules[0])
+    floor_path = tmp / f"floor-{name}"
+    floor_path.mkdir()
+    (floor_path / "dodo.py").write_text(FLOOR.format(tasks=tasks))
+    timed(doit, floor_path, base)  # its database: every task up to date from now on
+    noop, torch_s, floor, abi = [], [], [], []
+    for _ in range(repeats):  # alternated, so that a drift of the machine reaches all alike
+        noop.append(timed([*doit, "-n", "2", "verify"], path, env))
+        torch_s.append(timed([sys.executable, "-c", "import torch"], path, base))
+        floor.append(timed(doit, floor_path, base))
+        abi.append(timed([*doit, f"abi:{first}"], path, env))
+    with open(module, "a") as f:
+        f.write("# edited: a comment, so every stage stays cached\n")
+    edited = timed([*doit, "-n", "2", "verify"], path, env)
+    with open(module, "a") as f:
+        f.write("# edited again\n")
+    abi_edited = timed([*doit, f"abi:{first}"], path, env)
+    n, t, fl, a = (statistics.median(x) for x in (noop, torch_s, floor, abi))
+    kb = (path / "runs" / "report.json").stat().st_size / 1024
+    print(f"{name:>8} {cases:>6} {tasks:>6} {cold / cases:>11.3f} {n:>8.2f} {t:>8.2f} {fl:>8.2f} {n / t:>6.2f}x "
+          f"{n / fl:>6.2f}x {edited:>9.2f} {a:>6.2f} {abi_edited:>7.2f} {abi_edited / t:>6.2f}x {kb:>8.0f}",
+          flush=True)
+    return n
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[30, 300, 1000])
+    parser.add_argument("--library", action="store_true", help="also this repository's kernel library, first")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[30, 300, 1000])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    doit = [sys.executable, "-m", "doit"]
     base = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             "PYTHONWARNINGS": "ignore"}
-    print(f"{'cases':>6} {'tasks':>6} {'cold s/case':>11} {'no-op s':>8} {'torch s':>8} {'floor s':>8} "
-          f"{'/torch':>7} {'/floor':>7} {'edited s':>9}", flush=True)
+    base.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed package runs: its bytecode cached, not compiled
+    print(f"{'project':>8} {'cases':>6} {'tasks':>6} {'cold s/case':>11} {'no-op s':>8} {'torch s':>8} "
+          f"{'floor s':>8} {'/torch':>7} {'/floor':>7} {'edited s':>9} {'abi s':>6} {'abi ed.':>7} "
+          f"{'/torch':>7} {'json KB':>8}", flush=True)
     noops = {}
     with tempfile.TemporaryDirectory() as tmp:
+        if args.library:
+            copied_library(Path(tmp) / "library")
+            measure("library", Path(tmp) / "library", Path(tmp), base, args.repeats)
         for cases in args.sizes:
             path = Path(tmp) / f"lib{cases}"
             library(path, cases)
-            env = {**base, "GOLDEN_TASKS_CACHE": str(path / "cache"), "GOLDEN_TASKS_RUNS": str(path / "runs")}
-            cold = timed([*doit, "-n", "2", "verify"], path, env)
-            listed = subprocess.run([*doit, "list", "--all", "-q"], cwd=path, env=env, capture_output=True, text=True)
-            tasks = len(listed.stdout.split())
-            floor_path = Path(tmp) / f"floor{cases}"
-            floor_path.mkdir()
-            (floor_path / "dodo.py").write_text(FLOOR.format(tasks=tasks))
-            timed([*doit], floor_path, base)  # its database: every task up to date from now on
-            noop, torch_s, floor = [], [], []
-            for _ in range(args.repeats):  # alternated, so that a drift of the machine reaches all alike
-                noop.append(timed([*doit, "-n", "2", "verify"], path, env))
-                torch_s.append(timed([sys.executable, "-c", "import torch"], path, base))
-                floor.append(timed([*doit], floor_path, base))
-            with open(path / "kernels" / "gen_0000.py", "a") as f:
-                f.write("# edited: a comment, so every stage stays cached\n")
-            edited = timed([*doit, "-n", "2", "verify"], path, env)
-            n, t, fl = (statistics.median(x) for x in (noop, torch_s, floor))
-            noops[cases] = n
-            print(f"{cases:>6} {tasks:>6} {cold / cases:>11.3f} {n:>8.2f} {t:>8.2f} {fl:>8.2f} {n / t:>6.2f}x "
-                  f"{n / fl:>6.2f}x {edited:>9.2f}", flush=True)
+            noops[cases] = measure(str(cases), path, Path(tmp), base, args.repeats)
     sizes = sorted(noops)
     for small, large in zip(sizes, sizes[1:]):
         print(f"no-op growth {small} -> {large} cases: {noops[large] / noops[small]:.2f}x "

@@ -1,15 +1,35 @@
+# ruff: noqa: E402 -- the settings below come before the imports they govern
 """Preloaded once by the isolation forkserver (golden_tasks.isolate): the work that every
-kernel child would otherwise repeat, inherited by each fork instead."""
+kernel child would otherwise repeat, inherited by each fork instead. It runs with SIGINT blocked
+(reaper.started_without_sigint: a Ctrl-C is the caller's to handle, which kills this server and everything below it)."""
 import os
 import warnings
+
+from golden_tasks import config
 
 # The probe below imports torch.utils.cpp_extension, which asks torch.cuda.is_available(): asked of the
 # CUDA driver, that marks every later fork of this process unable to use CUDA ("Cannot re-initialize CUDA
 # in forked subprocess"); asked of NVML, as torch offers for processes that fork, it marks nothing.
 os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
 
+config.quiet_third_party_logs()  # before the import below loads torch's cpp_extension
 import torch._inductor.cpu_vec_isa
 
+# What every child imports to run a stage (about 45 ms a child when each imported it again).
+import golden_tasks.case
+import golden_tasks.compare
+import golden_tasks.graph
+import golden_tasks.stages.abi
+import golden_tasks.stages.bench
+import golden_tasks.stages.compile
+import golden_tasks.stages.dispatch
+import golden_tasks.stages.golden
+import golden_tasks.stages.golden2
+import golden_tasks.stages.golden_bench
+import golden_tasks.stages.inputs
+import golden_tasks.stages.inputs2
+import golden_tasks.stages.validate
+import golden_tasks.tensors  # noqa: F401
 from golden_tasks import reaper
 
 # Orphans of the children (a daemon a kernel started) come here, where the caller finds and kills

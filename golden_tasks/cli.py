@@ -21,9 +21,10 @@ from pathlib import Path
 from . import config, graph
 from .fingerprint import changed_parts
 from .hashing import digest_file
+from .html_report import drawn_from
 from .layout import LayoutError, layout
-from .library import planned_library, run_variables
-from .runs_compare import FAIL_ON, BadRecord, compare
+from .library import planned_library, run_variables, unknown_variables
+from .runs_compare import DRIFT, FAIL_ON, BadRecord, compare
 from .scaffold import InitRefused, init
 from .store import CorruptObject, Entry, Store, object_problem
 
@@ -149,14 +150,17 @@ def cmd_gc(store: Store, args) -> int:
     if store.readonly:
         print("the cache is read-only (GOLDEN_TASKS_CACHE_READONLY): nothing collected", file=sys.stderr)
         return 2
-    live = sorted(entries(store), key=lambda pe: pe[0].stat().st_mtime)  # least recently used first
+    recorded = store.last_used()
+    listed = list(entries(store))
+    used = {p: max(p.stat().st_mtime, recorded.get((e.stage, e.key), 0.0)) for p, e in listed}
+    live = sorted(listed, key=lambda pe: used[pe[0]])  # least recently used first
     drop = set()
     if args.unused:
         keep = _current_keys(args.project, store, args.variables)
         drop |= {p for p, e in live if (e.stage, e.key) not in keep}
     if args.older_than is not None:
         cutoff = time.time() - args.older_than * 86400
-        drop |= {p for p, _ in live if p.stat().st_mtime < cutoff}
+        drop |= {p for p, _ in live if used[p] < cutoff}
     if args.max_size is not None:  # least recently used first, until manifests and objects fit
         kept = [(p, e) for p, e in live if p not in drop]
         sizes = {r["digest"]: r["nbytes"] for _, e in kept for r in e.objects.values()}
@@ -173,7 +177,9 @@ def cmd_gc(store: Store, args) -> int:
                     total -= sizes[record["digest"]]
     for path in drop:
         path.unlink(missing_ok=True)
-    referenced = {r["digest"] for _, e in entries(store) for r in e.objects.values()}
+    kept = [e for _, e in entries(store)]
+    _forget_reports(store, {(e.stage, e.key) for e in kept})
+    referenced = {r["digest"] for e in kept for r in e.objects.values()} | {e.recipe for e in kept if e.recipe}
     freed, removed = 0, 0
     for path in (store.root / "objects").glob("*/*"):
         stale_tmp = path.name.endswith(".tmp") and time.time() - path.stat().st_mtime > 3600
@@ -183,6 +189,21 @@ def cmd_gc(store: Store, args) -> int:
             removed += 1
     print(f"dropped {len(drop)} entries and {removed} objects, freed {_human(freed)}")
     return 0
+
+
+def _forget_reports(store: Store, kept: set) -> None:
+    """Remove what reports keep in the cache for entries gc dropped: a case's figures once an entry they
+    were drawn from is gone, and a record of use (log/used) once none of its entries is left."""
+    for path in (store.root / "plots").glob("*.json"):
+        if not (shown := drawn_from(path)) or not shown <= kept:  # unreadable: drawn again when needed
+            path.unlink(missing_ok=True)
+    for path in (store.root / "log" / "used").glob("*.txt"):
+        try:
+            listed = {tuple(line.split("/", 1)) for line in path.read_text().split()}
+        except OSError:
+            continue
+        if not listed & kept:
+            path.unlink(missing_ok=True)
 
 
 def _diff(old, new, path="") -> list:
@@ -224,12 +245,12 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
         return f"{target} is up to date (key {key[:16]})"
     current = graph.recipe(stage, plan, upstream)
     current["parts"] = graph.parts_detail(stage, plan)
-    previous = [e for _, e in sorted(entries(store), key=lambda pe: pe[0].stat().st_mtime)
-                if e.stage == stage_name and e.case == case and e.recipe]
+    previous = [(e, recipe) for _, e in sorted(entries(store), key=lambda pe: pe[0].stat().st_mtime)
+                if e.stage == stage_name and e.case == case and (recipe := store.recipe(e))]
     if not previous:
         return f"{target} is not up to date: it has never run with this cache"
-    last = previous[-1].recipe
-    lines = [f"{target} is not up to date: its key changed since the last run (key {previous[-1].key[:16]}):"]
+    last = previous[-1][1]
+    lines = [f"{target} is not up to date: its key changed since the last run (key {previous[-1][0].key[:16]}):"]
     for field in ("pipeline", "toolchain", "upstream"):
         for d in _diff(last.get(field), current[field], field):
             lines.append("  " + {"pipeline": "golden_tasks code changed: ", "toolchain": "toolchain changed: ",
@@ -253,6 +274,24 @@ def _global_options(parser: argparse.ArgumentParser, project, cache) -> None:
     parser.add_argument("--project", type=Path, default=project, help="project root (default: .)")
     parser.add_argument("--cache", type=Path, default=cache,
                         help="cache directory (default: $GOLDEN_TASKS_CACHE or PROJECT/cache)")
+
+
+def _watch(project: Path, selection: list) -> int:
+    """`golden-tasks watch`: its selection checked (a task other than verify:CASE, an unknown variable or a
+    layout error is one line and status 2), then golden_tasks.watch."""
+    from .watch import VERIFY, watch  # noqa: PLC0415 -- only for this command
+
+    variables = dict(s.split("=", 1) for s in selection if "=" in s)
+    targets = [s for s in selection if "=" not in s]
+    wrong = [f"{t!r} is not verify or verify:CASE" for t in targets if t != VERIFY and not t.startswith(f"{VERIFY}:")]
+    if what := [*wrong, *filter(None, [unknown_variables(variables)])]:
+        print(f"golden-tasks watch: {'; '.join(what)}", file=sys.stderr)
+        return 2
+    try:
+        return watch(project, [t for t in targets if t != VERIFY], variables)
+    except (LayoutError, ValueError, RuntimeError) as exc:  # a bad layout or variable value, planning that failed
+        print(f"golden-tasks watch: {exc}", file=sys.stderr)
+        return 2
 
 
 def main(argv=None) -> int:
@@ -281,6 +320,9 @@ def main(argv=None) -> int:
                                   "case (never over an existing file)")
     init_p.add_argument("--kernels", metavar="DIR", help="the folder of kernel modules (default: the project's, "
                                                          "else kernels); another is added to [tool.golden-tasks]")
+    watch_p = command("watch", help="verify again on every save of a file the cases depend on (Ctrl-C stops)")
+    watch_p.add_argument("selection", nargs="*", metavar="verify:CASE | NAME=VALUE",
+                         help="the cases to watch (default: every case) and doit variables for their runs")
     explain_p = command("explain", help="why STAGE:CASE is (not) up to date")
     explain_p.add_argument("target", metavar="STAGE:CASE")
     compare_p = command("compare", help="compare two run records (runs/report.json): status changes and "
@@ -291,6 +333,9 @@ def main(argv=None) -> int:
                            help="the smallest difference that counts as FASTER or SLOWER (default: 2)")
     compare_p.add_argument("--sigmas", type=_nonnegative, default=3.0, metavar="K",
                            help="how many standard errors a difference must exceed (default: 3)")
+    compare_p.add_argument("--drift", type=_nonnegative, default=DRIFT * 100, metavar="PERCENT",
+                           help="how much one run's times move from run to run on this machine, beyond their "
+                                f"rounds' noise (default: {DRIFT * 100:g})")
     compare_p.add_argument("--fail-on", choices=FAIL_ON, default="any",
                            help="what exits 1: a PASS case no longer PASS (status), a SLOWER case (slower), "
                                 "either (any, the default) or nothing (none)")
@@ -301,7 +346,7 @@ def main(argv=None) -> int:
     args.project = args.project.resolve()
     if args.command == "compare":
         try:
-            text, code = compare(args.a, args.b, args.threshold / 100, args.sigmas, args.fail_on)
+            text, code = compare(args.a, args.b, args.threshold / 100, args.sigmas, args.fail_on, args.drift / 100)
         except BadRecord as exc:
             print(f"golden-tasks compare: {exc}", file=sys.stderr)
             return 2
@@ -315,6 +360,8 @@ def main(argv=None) -> int:
             return 2
         print("wrote " + ", ".join(str(p.relative_to(args.project)) for p in written) + "\nnext: doit verify")
         return 0
+    if args.command == "watch":
+        return _watch(args.project, args.selection)
     if args.command == "replay":
         from .replay import main as replay_main  # noqa: PLC0415 -- imports torch
 

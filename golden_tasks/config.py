@@ -1,5 +1,7 @@
 """Where things live, overridable by environment variables."""
 import atexit
+import contextlib
+import logging
 import os
 import re
 import shutil
@@ -31,6 +33,34 @@ THIRD_PARTY_WARNINGS = (
     ("`torch.jit.script_method` is deprecated", DeprecationWarning),
     ("`isinstance(treespec", FutureWarning),
 )
+# Loggers of torch that speak of what does not concern a run, silenced below ERROR: a CUDA build of torch on
+# a machine without a GPU logs "No CUDA runtime is found, using CUDA_HOME=..." when cpp_extension loads.
+THIRD_PARTY_LOGGERS = ("torch.utils.cpp_extension",)
+
+
+def quiet_third_party_logs() -> None:
+    """THIRD_PARTY_LOGGERS to ERROR in this process (before torch imports them, so their first word too)."""
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@contextlib.contextmanager
+def third_party_warnings_hidden():
+    """quiet_third_party_warnings for the block only (`golden_tasks.run` in a user's process): the
+    warning filters and PYTHONWARNINGS are restored after it."""
+    given = os.environ.get("PYTHONWARNINGS")
+    levels = {name: logging.getLogger(name).level for name in THIRD_PARTY_LOGGERS}
+    with warnings.catch_warnings():
+        quiet_third_party_warnings()
+        try:
+            yield
+        finally:
+            if given is None:
+                os.environ.pop("PYTHONWARNINGS", None)
+            else:
+                os.environ["PYTHONWARNINGS"] = given
+            for name, level in levels.items():
+                logging.getLogger(name).setLevel(level)
 
 
 def quiet_third_party_warnings() -> None:
@@ -43,6 +73,7 @@ def quiet_third_party_warnings() -> None:
     os.environ["PYTHONWARNINGS"] = ",".join(given + [o for o in options if o not in given])
     for message, category in THIRD_PARTY_WARNINGS:
         warnings.filterwarnings("ignore", re.escape(message), category)
+    quiet_third_party_logs()
 
 
 def cache_root(project: Path = None) -> Path:
@@ -54,16 +85,20 @@ def cache_root(project: Path = None) -> Path:
     return layout(project).cache or (project / "cache").resolve()
 
 
-def profile() -> str:
+def profile(known=None) -> str:
     """The active size profile: $GOLDEN_TASKS_PROFILE (set by `doit ... profile=NAME`), else "default".
 
-    Kernel modules with sized profiles read it at import (`PROFILES[golden_tasks.profile()]`)
-    and reject names they do not know. Here the name is only checked to be a plain
-    word, since it names the cache directory of the plans made under it.
+    Kernel modules with sized profiles read it at import, `PROFILES[golden_tasks.profile(PROFILES)]`:
+    given the names a module knows (`known`), a name not among them is a ValueError that lists them.
+    The name is always checked to be a plain word, since it names the cache directory of the plans
+    made under it.
     """
     name = os.environ.get(PROFILE_ENV) or DEFAULT_PROFILE
     if not re.fullmatch(r"\w[\w.-]*", name):
         raise ValueError(f"profile {name!r} is not a name (letters, digits, _ . -)")
+    if known is not None and name not in known:
+        raise ValueError(f"unknown profile {name!r} (profile=NAME or ${PROFILE_ENV}); this module's profiles: "
+                         f"{', '.join(sorted(known))}")
     return name
 
 

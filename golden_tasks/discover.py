@@ -11,12 +11,10 @@ which imports them.
 import functools
 import json
 import os
-import subprocess
 import sys
-import traceback
 from pathlib import Path
 
-from . import config
+from . import config, reaper
 from .graph import pipeline_version
 from .hashing import digest_bytes
 from .layout import layout
@@ -49,6 +47,18 @@ def _fresh(manifest: dict, memo: dict) -> bool:
             and not any(plan.get("volatile") for plan in manifest["cases"]))
 
 
+def observed(root: Path, store: Store, modules: list) -> tuple[set, set]:
+    """(the files, the folders) that the last planning of each of `modules` read or listed, as recorded in
+    its manifest (a module not planned yet adds nothing): what a watcher of those modules' cases watches."""
+    files, dirs = set(), set()
+    for module in modules:
+        manifest = store.read_json(_manifest_path(root, module))
+        if manifest:
+            files |= set(manifest["observed"]["files"])
+            dirs |= set(manifest["observed"]["dirs"])
+    return files, dirs
+
+
 def load_plans(root: Path, store: Store) -> list:
     """Every case's Plan under the active profile, in module order; a module that fails yields one FailedPlan."""
     manifests, stale, memo = {}, [], {}  # memo: states shared by the modules' records
@@ -77,8 +87,7 @@ def plan_in_subprocess(root: Path, modules: list, profile: str = None) -> dict:
     """plan_modules(root, modules), run in a fresh interpreter under `profile` (default: the active one).
     Raises RuntimeError, with the subprocess's stderr, when it fails."""
     env = {**os.environ, config.PROFILE_ENV: profile} if profile else None
-    proc = subprocess.run([sys.executable, "-m", "golden_tasks.discover", str(root), *modules],
-                          cwd=root, env=env, capture_output=True, text=True)
+    proc = reaper.python_module("golden_tasks.discover", str(root), *modules, cwd=root, env=env)
     try:
         if proc.returncode == 0:
             return json.loads(proc.stdout)
@@ -87,10 +96,6 @@ def plan_in_subprocess(root: Path, modules: list, profile: str = None) -> dict:
     raise RuntimeError(f"planning the kernel library failed:\n{proc.stderr}")
 
 
-def _import_error(shown: str, folder: Path, exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).is_relative_to(folder)]
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{shown} failed to import: {type(exc).__name__}: {exc}{where}"
 
 
 def plan_modules(root: Path, modules: list) -> dict:
@@ -99,7 +104,7 @@ def plan_modules(root: Path, modules: list) -> dict:
     import importlib  # noqa: PLC0415
 
     from .case import module_cases, plan_of  # noqa: PLC0415
-    from .origin import is_user_module  # noqa: PLC0415
+    from .origin import described, is_user_module  # noqa: PLC0415
 
     project = layout(root)
     project.importable()
@@ -114,7 +119,7 @@ def plan_modules(root: Path, modules: list) -> dict:
                 cases = module_cases(module)
             except Exception as exc:  # noqa: BLE001 -- user code: its error fails the module's plans
                 result[module_name] = [FailedPlan(found.path.stem, module_name,
-                                                  _import_error(shown, found.path.parent, exc), profile)]
+                                                  f"{shown} failed to import: {described(exc)}", profile)]
                 continue
             plans = []
             for case in cases:
@@ -123,7 +128,7 @@ def plan_modules(root: Path, modules: list) -> dict:
                     observer.files |= used
                     observer.env |= set(plan.external["env"])
                 except Exception as exc:  # noqa: BLE001 -- user code: its error fails the case's plan
-                    plan = FailedPlan(case.name, module_name, f"{type(exc).__name__}: {exc}", profile)
+                    plan = FailedPlan(case.name, module_name, described(exc), profile)
                 plans.append(plan)
             names = [p.case for p in plans]
             result[module_name] = [FailedPlan(p.case, module_name, f"case name {p.case!r} is defined more than "
@@ -143,5 +148,6 @@ if __name__ == "__main__":
     plans_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     root_arg, *module_args = sys.argv[1:]
+    config.quiet_third_party_logs()
     json.dump(plan_modules(Path(root_arg).resolve(), module_args), plans_out)
     plans_out.close()

@@ -1,3 +1,4 @@
+# ruff: noqa: E402
 """The doit adapter: each case's stages as doit tasks `<stage>:<case>`.
 
 Runs in the doit parent, which must stay light: it reads plans and entry
@@ -18,16 +19,39 @@ The console (SummaryReporter) prints no line per up-to-date task: on a terminal 
 with the table and one reason line per failing case, naming its log; `doit --failure-verbosity=2`
 adds doit's own failure output (every message, the tasks' captured output).
 """
+import sys
+
+
+def _plain_interrupt(kind, value, tb, previous=sys.excepthook):
+    """Ctrl-C ends the doit parent with a line, not a traceback: installed as this module is imported (by
+    the dodo.py or the loader plugin), before anything else of ours loads; what runs before it (the
+    interpreter's start, doit's own imports) is not ours to hook."""
+    if not issubclass(kind, KeyboardInterrupt):
+        return previous(kind, value, tb)
+    run = globals().get("_run")
+    if run:
+        # doit ends its workers when the interrupt reaches it while they run; not always so when it reaches
+        # it later (Python may run the handler only after doit stopped waiting for them), and this exit
+        # would then wait for ever for a worker that waits for its next task (multiprocessing joins them).
+        reaper.kill(reaper.children(os.getpid()), signal.SIGTERM)
+    report_json = run and config.runs_root(run.root) / "report.json"
+    kept = f"; {report_json} is still the last complete run's" if report_json and report_json.exists() else ""
+    sys.stderr.write(f"\ngolden-tasks: interrupted{kept}\n")
+
+
+# before the other imports (E402 below): an interrupt while they load is one line too
+sys.excepthook = _plain_interrupt
+
 import atexit
 import dataclasses
 import difflib
 import fnmatch
+import inspect
 import json
 import os
 import shlex
 import shutil
 import signal
-import sys
 import tempfile
 import time
 import traceback
@@ -44,7 +68,7 @@ from doit.reporter import ConsoleReporter
 from . import config, graph, reaper, report, runtime, sandbox
 from .discover import forget
 from .errors import StalePlan, VerificationFailure
-from .library import CONTEXT, Library
+from .library import CONTEXT, Library, unknown_variables
 from .plan import VARIABLES, Plan
 from .store import Store
 from .toolchain import machine, toolchain
@@ -58,13 +82,20 @@ _libraries = {}
 
 def library(root: Path) -> Library:
     """The project's library, planned once per process. A cache that cannot be written or a bad
-    doit variable ends the run with its message alone (doit would print its loader's traceback)."""
+    doit variable ends the run before anything ran (exit status 3) with its message alone (doit would
+    print its loader's traceback)."""
     if root not in _libraries:
         try:
             _libraries[root] = Library(root, get_var)
         except (VerificationFailure, ValueError, RuntimeError) as exc:  # RuntimeError: planning itself failed
-            sys.exit(f"golden-tasks: {exc}")
+            _usage_error(str(exc))
     return _libraries[root]
+
+
+def _usage_error(message: str):
+    """End the run before anything ran: doit's exit status 3, one line, no traceback."""
+    sys.stderr.write(f"golden-tasks: {message}\n")
+    sys.exit(3)
 
 
 _tally = report.Tally()  # status checks of this doit process, logged when it exits
@@ -77,6 +108,10 @@ class _UpToDate:
     false, `doit info` lists the check as `'{}'.format(check)` (cmd_info.Info.get_reasons), i.e. its
     str, which is `TASK: REASON` for the reason its last call found; a plain function would print
     as `<function ...>`."""
+
+    # doit asks each check's signature on every call, for its optional `task` and `values` parameters;
+    # given here, inspect.signature answers without introspecting __call__ (a tenth of a no-op run)
+    __signature__ = inspect.Signature()
 
     def __init__(self, task: str):
         self.task = task
@@ -117,31 +152,40 @@ class _StageCached(_UpToDate):
 
     def stale(self) -> str | None:
         lib = library(self.root)
-        reason = _why_not_cached(graph.BY_NAME[self.stage], lib.plans[self.case], lib.store, self.root)
+        reason = _why_not_cached(graph.BY_NAME[self.stage], lib.plans[self.case], lib.store, self.root,
+                                 _hits.setdefault(self.case, {}))
         _tally.add(self.stage, self.case, reason is None)
         if reason is None:
             _journal(self.task, report.CACHED)
         return reason
 
 
-def _why_not_cached(stage: graph.Stage, plan: Plan, store: Store, root: Path) -> str | None:
+# The doit parent's cache hits in this run: case -> {stage: entry}. doit checks a task once its task_dep
+# are done, so a hit found then is what the stages downstream read; a miss is not kept (a worker
+# computes it, and the next check that needs it reads the store again).
+_hits = {}
+
+
+def _why_not_cached(stage: graph.Stage, plan: Plan, store: Store, root: Path, hits: dict) -> str | None:
     """Why `stage` of `plan` has no usable cached entry, or None when it has one. The truth value is
-    graph.cached's (never a hit it would not give); the reasons cost one stat on a hit, lookups
-    only on a miss."""
+    graph.cached's (never a hit it would not give); the reasons cost lookups only on a miss. `hits`:
+    the case's entries found cached so far in this run, to which a hit is added."""
     if graph.remeasured(stage, plan):
         return "fresh=1 measures its timings again"
-    found = {}
+    found = dict(hits)
     key, _ = graph.resolve(stage, plan, store, found)
+    hits.update({name: entry for name, entry in found.items() if entry is not None})
     if key is None:
         missing = [n for n in stage.reads if graph.cached(graph.BY_NAME[n], plan, store, found) is None]
         return f"its key depends on upstream {', '.join(missing)}, not cached yet"
-    # Looked at before the lookup: a damaged entry is dropped by it (with a warning).
-    on_disk = any(s.entry_path(stage.name, key).exists() for s in (store, store.overlay) if s is not None)
-    if store.get(stage.name, key) is not None:
+    if (hit := store.get(stage.name, key)) is not None:
+        hits[stage.name] = hit
         return None
     if plan.volatile:
         return f"it recomputes on every run: it depends on what cannot be fingerprinted: {'; '.join(plan.volatile)}"
-    if on_disk:
+    # an entry the lookup dropped as damaged (with a warning), or one it cannot parse
+    if any((stage.name, key) in s.dropped or s.entry_path(stage.name, key).exists()
+           for s in (store, store.overlay) if s is not None):
         return f"its cached entry (key {key[:16]}) is damaged or unreadable, so it is computed again"
     return (f"no cached entry under its key {key[:16]}; "
             f"`{_explain_command(root, f'{stage.name}:{plan.case}')}` names what changed since its last run")
@@ -176,9 +220,10 @@ def _ready_to_run(torch_stage: bool) -> None:
         _ready["threads"] = pid
 
 
-def _outcome(task: str, message: str = None):
-    """A task action's result for doit, journaled: True, or TaskFailed with `message`."""
-    _journal(task, report.FAILED if message else report.RAN, message)
+def _outcome(task: str, message: str = None, max_abs: float = None):
+    """A task action's result for doit, journaled: True, or TaskFailed with `message` (and the failed
+    validation's largest error, `max_abs`)."""
+    _journal(task, report.FAILED if message else report.RAN, message, max_abs)
     return TaskFailed(f"{task}: {message}") if message else True
 
 
@@ -194,7 +239,7 @@ def _run_stage(root, stage, case):
         return _outcome(task, str(exc))
     except Exception as exc:  # noqa: BLE001 -- one clear message; a traceback only for the unexpected
         detail = "" if isinstance(exc, VerificationFailure) else "\n" + "".join(traceback.format_exception(exc))
-        return _outcome(task, f"{exc}{detail}")
+        return _outcome(task, f"{exc}{detail}", getattr(exc, "max_abs", None))
     return _outcome(task)
 
 
@@ -210,7 +255,7 @@ class _RuntimeCurrent(_UpToDate):
         plan, case_dir = lib.plans[self.case], config.runs_root(self.root) / self.case
         if plan.fresh:
             return f"fresh=1: {case_dir} is written again with the new timings"
-        if runtime.is_current(plan, lib.store, case_dir):
+        if runtime.is_current(plan, lib.store, case_dir, dict(_hits.get(self.case, {}))):
             return None
         if not (case_dir / runtime.MANIFEST).exists():
             return f"{case_dir} holds no run yet"
@@ -245,10 +290,12 @@ class CommandLine:
     command: str
     options: dict
     tasks: tuple
+    variables: tuple = ()  # the NAME of each NAME=VALUE
 
     @classmethod
     def parse(cls, argv) -> "CommandLine":
         args = [a for a in argv if a.startswith("-") or "=" not in a]  # NAME=VALUE are doit's variables
+        variables = tuple(a.partition("=")[0] for a in argv if not a.startswith("-") and "=" in a)
         common = DoitCmdBase.base_options + (opt_dodo, opt_cwd, opt_seek_file)
         parser = CmdParse([CmdOption(o) for o in common + Run.cmd_options])
         try:
@@ -260,8 +307,8 @@ class CommandLine:
                 own = CmdParse([CmdOption(o) for o in common + getattr(_COMMANDS[command], "cmd_options", ())])
                 args = own.parse_only(args)[1]
         except CmdParseError:  # doit itself will say what is wrong with it
-            return cls("invalid", {}, ())
-        return cls(command, given, tuple(args))
+            return cls("invalid", {}, (), variables)
+        return cls(command, given, tuple(args), variables)
 
     @property
     def workers(self) -> int:
@@ -294,13 +341,21 @@ _run = None  # set in the doit parent of a run (tasks_for)
 JOURNAL_ENV = "GOLDEN_TASKS_JOURNAL"
 
 
-def _journal(task: str, state: str, message: str = None) -> None:
-    """Append a task's outcome to the run's journal, in one write (atomic next to other processes')."""
+_parent_outcomes = []  # the doit parent's own part of the journal (its up-to-date checks), kept in memory
+
+
+def _journal(task: str, state: str, message: str = None, max_abs: float = None) -> None:
+    """Append a task's outcome to the run's journal: the doit parent's to its list, a worker's to the
+    journal file in one write (atomic next to other processes')."""
+    line = {"task": task, "state": state, "message": message, "max_abs": max_abs}
+    if os.getpid() == _doit_parent:
+        _parent_outcomes.append(line)
+        return
     path = os.environ.get(JOURNAL_ENV)
     if path:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         try:
-            os.write(fd, (json.dumps({"task": task, "state": state, "message": message}) + "\n").encode())
+            os.write(fd, (json.dumps(line) + "\n").encode())
         finally:
             os.close(fd)
 
@@ -312,22 +367,26 @@ def finish_run() -> dict:
     if _run is None or _run.finished or _run.interrupted or _run.root not in _libraries:
         return _run and _run.record
     _run.finished = True
-    lines = [json.loads(line) for line in _run.journal.read_text().splitlines()]
+    lines = _parent_outcomes + [json.loads(line) for line in _run.journal.read_text().splitlines()]
     lib = _libraries[_run.root]
     cases = [c for c in lib.plans if _run.line.selects(f"{VERIFY}:{c}")]
     if not lines or not cases:
         return None
-    states, errors = {}, {}
+    states, errors, failed_max_abs = {}, {}, {}
     for line in lines:
         stage, _, case = line["task"].partition(":")
         states.setdefault(case, {})[stage] = line["state"]
         if line["message"]:
             errors.setdefault(case, {})[stage] = line["message"]
+        if line["max_abs"] is not None:
+            failed_max_abs[case] = line["max_abs"]
     runs = config.runs_root(lib.root)
-    rows = [report.case_row(lib.plans[c], states.get(c, {}), errors.get(c, {}), lib.store) for c in cases]
+    rows = [report.case_row(lib.plans[c], states.get(c, {}), errors.get(c, {}), lib.store, dict(_hits.get(c, {})),
+                            failed_max_abs.get(c)) for c in cases]
+    lib.store.record_use({(stage, key) for row in rows for stage, key in row["keys"].items() if key})
     for row in rows:
         row["log"] = str(report.log_path(runs, row["case"])) if row["status"] == "FAIL" else None
-    _run.record = {"passed": all(r["status"] == "PASS" for r in rows), "started": _run.started,
+    _run.record = {"passed": report.passed(rows), "counts": report.counts(rows), "started": _run.started,
                    "finished": time.time(), "machine": machine(), "toolchain": toolchain(), "cases": rows}
     try:
         report.write_files(runs, _run.record)
@@ -337,16 +396,16 @@ def finish_run() -> dict:
     return _run.record
 
 
-def draw_run() -> None:
-    """Once, after finish_run wrote the record: runs/report.html (slow: it plots, in its own process),
-    unless GOLDEN_TASKS_HTML=0."""
+def draw_run(say=lambda line: None) -> None:
+    """Once, after finish_run wrote the record: runs/report.html (slow when it plots, in its own process:
+    it `say`s so first), unless GOLDEN_TASKS_HTML=0."""
     if _run is None or _run.drawn or not _run.record:
         return
     _run.drawn = True
     if not config.draws_html():  # a page from an earlier run would pass for this one's
         (config.runs_root(_run.root) / "report.html").unlink(missing_ok=True)
         return
-    if failed := report.write_html(_run.root):
+    if failed := report.write_html(_run.root, say):
         sys.stderr.write(f"golden-tasks: runs/report.html was not written: {failed}\n")
 
 
@@ -367,15 +426,6 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _plain_interrupt(kind, value, tb, previous=sys.excepthook):
-    """Ctrl-C ends the doit parent with a line, not doit's traceback."""
-    if not issubclass(kind, KeyboardInterrupt):
-        return previous(kind, value, tb)
-    report_json = config.runs_root(_run.root) / "report.json"
-    kept = f"; {report_json} is still the last complete run's" if report_json.exists() else ""
-    sys.stderr.write(f"\ngolden-tasks: interrupted{kept}\n")
-
-
 def _start_run(root: Path, line: CommandLine) -> None:
     """In the doit parent of a run, before workers fork: the journal, and what happens at its end."""
     global _run
@@ -385,20 +435,22 @@ def _start_run(root: Path, line: CommandLine) -> None:
     _run = _Run(root, line, journal)
     os.environ[JOURNAL_ENV] = str(journal)
     signal.signal(signal.SIGINT, _interrupt)
-    sys.excepthook = _plain_interrupt
     atexit.register(_at_exit, os.getpid())
 
 
-def _check_names(line: CommandLine, names: set) -> None:
+def _check_names(line: CommandLine, names: set, unplanned: list) -> None:
     """A task argument that names no task ends the run with the closest names (doit would say only
-    that it is not a task)."""
+    that it is not a task), or, when a kernel module could not be planned (`unplanned`: its failed
+    plans), with why: its cases are not known."""
     for arg in line.tasks:
         if "*" in arg or arg in names:
             continue
         close = difflib.get_close_matches(arg, names, n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `doit list` shows the tasks"
-        sys.stderr.write(f"golden-tasks: no task {arg!r}{hint}\n")
-        sys.exit(3)  # doit's status for an error before any task runs
+        if unplanned:
+            hint += "".join(f"; {p.module} could not be planned, so its cases are not known: "
+                            f"{report.first_line(p.error)}" for p in unplanned)
+        _usage_error(f"no task {arg!r}{hint}")
 
 
 # The doit variables (NAME=VALUE after the task names) by name, for `doit help <task>`.
@@ -429,10 +481,13 @@ def _print_variables() -> None:
         print(f"  {name:<{width}}{VARIABLE_HELP.get(name, '')}")
 
 
-def tasks_for(root: Path) -> dict:
-    """The `task_*` functions for a dodo.py: `globals().update(tasks_for(root))`."""
+def tasks_for(root: Path, variables=()) -> dict:
+    """The `task_*` functions for a dodo.py: `globals().update(tasks_for(root))`. `variables`: the names
+    of the dodo.py's own doit variables, if it reads any (every other unknown NAME=VALUE is an error)."""
     root = Path(root).resolve()
     line = CommandLine.parse(sys.argv[1:])
+    if unknown := unknown_variables(line.variables, variables):
+        _usage_error(f"{unknown}; `doit help verify` lists the variables")
     config.quiet_third_party_warnings()
     # Workers fork after this: tell them how many share the cores (the profile: see Library).
     os.environ.setdefault(config.WORKERS_ENV, str(line.workers))
@@ -484,7 +539,7 @@ def tasks_for(root: Path) -> dict:
         if line.command in ("run", "info"):
             _check_names(line, {PLAN, VERIFY, "runtime", "replay", *graph.BY_NAME}
                          | {f"{task}:{case}" for task in (PLAN, VERIFY, "replay", *graph.BY_NAME) for case in lib.plans}
-                         | {f"runtime:{p.case}" for p in lib.ok()})
+                         | {f"runtime:{p.case}" for p in lib.ok()}, lib.unplanned())
         for plan in lib.plans.values():
             case = plan.case
             deps = ([f"{PLAN}:{case}"] if plan.error
@@ -597,7 +652,7 @@ class SummaryReporter(ConsoleReporter):
         self._done(task, failed=not isinstance(fail, UnmetDependency))
 
     def skip_uptodate(self, task):
-        if self.live and task.actions:
+        if self.live and task.actions and task.name.partition(":")[0] != PLAN:  # a plan is no cache hit
             self.live.cached += 1
         self._done(task)
 
@@ -626,7 +681,7 @@ class SummaryReporter(ConsoleReporter):
             self.write(f"not reached: {', '.join(unreached)} (doit stops at the first failure; "
                        "--continue runs the rest)\n")
         self.outstream.flush()  # the table first: the page takes a few seconds to draw
-        draw_run()
+        draw_run(lambda line: (self.write(line + "\n"), self.outstream.flush()))
         runs = config.runs_root(_run.root)
         self.write(f"report: {runs / 'report.json'} (also report.xml{', report.html' * config.draws_html()})\n")
         if any(r["stages"].get("compile") == "ran" for r in rows) and config.sandbox() == "auto" \
@@ -635,7 +690,18 @@ class SummaryReporter(ConsoleReporter):
         if unjudged and not self.failures:
             for row in unjudged:
                 self.write(f"golden-tasks: {row['case']} is {row['status']} although no task failed\n")
-            raise SystemExit(1)
+        self.write(report.outcome_line(rows) + "\n")
+        raise SystemExit(self.exit_status(rows))
+
+    def exit_status(self, rows: list) -> int:
+        """doit's meanings, the same with or without --continue and -n: 0 when every case is PASS or
+        SKIPPED, 1 when a case failed (its stage failed, or it is not judged although none did), 2 when
+        something other than a case's verdict went wrong while running (an up-to-date check or action
+        that raised, a runtime error of doit's)."""
+        ours = (TaskFailed, UnmetDependency)  # a stage's verdict, and the tasks it kept from running
+        if self.runtime_errors or any(not isinstance(f["exception"], ours) for f in self.failures):
+            return 2
+        return 0 if report.passed(rows) else 1
 
 
 DOIT_CONFIG = {

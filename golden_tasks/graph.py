@@ -18,17 +18,27 @@ stage whose upstream re-ran but produced the same digests is not re-run
 import dataclasses
 import functools
 import importlib
-import shutil
-import tempfile
+import json
 import time
 from pathlib import Path
 
-from . import config
+from . import config, reaper
 from .hashing import digest_file, digest_json
-from .outputs import AbiMeta, BenchMeta, CompileMeta, InputsMeta, Meta, Outputs, Stats, ValidateMeta
+from .outputs import (
+    SAMPLES_FILE,
+    AbiMeta,
+    BenchMeta,
+    CompileMeta,
+    InputsMeta,
+    Meta,
+    Outputs,
+    Stats,
+    ValidateMeta,
+    join_timing,
+)
 from .plan import Plan, keyed_fields
 from .store import CorruptObject, Entry, Store, object_problem
-from .toolchain import machine, toolchain
+from .toolchain import machine, toolchain, visible_gpus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +142,16 @@ def resolve(stage: Stage, plan: Plan, store: Store, found: dict = None):
         if found[name] is None:
             return None, {}
         upstream[name] = found[name]
-    return digest_json(recipe(stage, plan, upstream)), upstream
+    return _key(stage, plan, upstream), upstream
+
+
+def _key(stage: Stage, plan: Plan, upstream: dict) -> str:
+    """The digest of the stage's recipe, made once per plan object for the same upstream digests and
+    toolchain (a status check, a report row and a runtime dir each ask again in one run)."""
+    made = (stage.name, id(toolchain()), stage.timing and visible_gpus(), tuple(e.digest for e in upstream.values()))
+    if made not in plan.keys_made:
+        plan.keys_made[made] = digest_json(recipe(stage, plan, upstream))
+    return plan.keys_made[made]
 
 
 def remeasured(stage: Stage, plan: Plan) -> bool:
@@ -150,9 +169,9 @@ def cached(stage: Stage, plan: Plan, store: Store, found: dict = None):
     return found[stage.name]
 
 
-def snapshot(plan: Plan, store: Store) -> dict:
-    """stage -> its cached entry (or None) for every stage, each entry read once."""
-    found = {}
+def snapshot(plan: Plan, store: Store, found: dict = None) -> dict:
+    """stage -> its cached entry (or None) for every stage, each entry read once; `found` as `resolve`'s."""
+    found = {} if found is None else found
     return {s.name: cached(s, plan, store, found) for s in STAGES}
 
 
@@ -252,7 +271,7 @@ def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> t
     # a tensor mapped from a stored file cannot cross into the child; a copy can
     inputs = {n: dataclasses.replace(o, tensors={k: t.clone() for k, t in o.tensors.items()})
               for n, o in loaded.items()}
-    work = isolate.short_temp(f"golden-{stage.name}-")
+    work = reaper.make_temp(f"golden-{stage.name}-")
     try:
         given = [p for o in inputs.values() for p in o.files.values()]
         start = time.perf_counter()
@@ -262,15 +281,30 @@ def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> t
         elapsed = time.perf_counter() - start
         return "done", *_stored(store, out, elapsed)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        reaper.remove_temp(work)
 
 
 def _stored(store: Store, out, elapsed: float) -> tuple:
-    """(objects, meta, stats) of a stage's Outputs, its tensors and files put in the store."""
+    """(objects, meta, stats) of a stage's Outputs, its tensors and files put in the store, and its timings'
+    round times in the object SAMPLES_FILE (the stats keep their summary: Stats.split)."""
     objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
     objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
-    stats = dataclasses.replace(out.stats, seconds=elapsed)
+    stats, samples = dataclasses.replace(out.stats, seconds=elapsed).split()
+    if samples:
+        objects[SAMPLES_FILE] = {**store.put_buffer(json.dumps(samples, sort_keys=True).encode()), "kind": "file"}
     return objects, out.meta.to_json(), stats.to_json()
+
+
+def load_timings(store: Store, entry: Entry) -> Stats:
+    """The entry's stats with every round time (its SAMPLES_FILE joined in); raises CorruptObject."""
+    stats, record = Stats.of(entry), entry.objects.get(SAMPLES_FILE)
+    if record is None:
+        return stats
+    path = store.object_path(record["digest"])
+    if problem := object_problem(path, record):
+        raise CorruptObject(entry, SAMPLES_FILE, problem)
+    samples = json.loads(path.read_bytes())
+    return dataclasses.replace(stats, **{f: join_timing(getattr(stats, f), s) for f, s in samples.items()})
 
 
 def replay(plan: Plan, saved: dict, case, workdir: Path) -> dict:
@@ -307,10 +341,13 @@ def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case) -> tupl
         inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
     except CorruptObject as corruption:
         return "corrupt", corruption.entry, corruption.name, corruption.problem
-    with tempfile.TemporaryDirectory(prefix=f"golden-{name}-") as work:
+    work = reaper.make_temp(f"golden-{name}-")
+    try:
         start = time.perf_counter()
         out = call_stage(name, plan, inputs, Path(work), case)
         return "done", *_stored(store, out, time.perf_counter() - start)
+    finally:
+        reaper.remove_temp(work)
 
 
 def call_stage(name: str, plan: Plan, inputs: dict, workdir: Path, case):

@@ -19,15 +19,21 @@ the doit parent must not, so those imports are made where they are used.
 """
 import argparse
 import dataclasses
+import functools
 import html
+import importlib
 import io
 import json
 import math
+import multiprocessing
+import os
+import re
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from . import config, graph
+from . import config, graph, report
 from .hashing import digest_file, digest_json
 from .layout import layout
 from .library import planned_library, run_variables
@@ -189,6 +195,16 @@ def draw_heat_map(name: str, shape: tuple, share, row_edges: list, col_edges: li
     return _svg(fig)
 
 
+def rounds_range(timing: dict) -> tuple[float, float]:
+    """The y range of a rounds plot: the rounds that are not outliers, with a margin, so that one slow
+    round does not flatten the rest (outliers beyond it are drawn at its edge)."""
+    outliers = set(timing.get("outliers") or ())
+    regular = [t for t in timing["times"] if t not in outliers] or timing["times"]
+    low, high = min(regular), max(regular)
+    margin = 0.15 * (high - low) or 0.05 * abs(high) or 1.0
+    return low - margin, high + margin
+
+
 def draw_rounds(timing: dict) -> str:
     times = timing["times"]
     outliers = set(timing.get("outliers") or ())
@@ -196,12 +212,20 @@ def draw_rounds(timing: dict) -> str:
     shown = [(i, t) for i, t in enumerate(times) if i % step == 0 or t in outliers]
     fig = _figure(5.2, 2.6)
     ax = fig.add_subplot()
+    low, high = rounds_range(timing)
     regular = [(i, t) for i, t in shown if t not in outliers]
-    odd = [(i, t) for i, t in shown if t in outliers]
+    odd = [(i, t) for i, t in shown if t in outliers and low <= t <= high]
+    above = [(i, high) for i, t in shown if t in outliers and t > high]  # drawn at the edge they are beyond
+    below = [(i, low) for i, t in shown if t in outliers and t < low]
+    slowest = max(times)
     for points, style in ((regular, {"color": "#4a7bb7", "label": "round"}),
-                          (odd, {"color": "#c0392b", "marker": "x", "label": "outlier (> 1.5 IQR)"})):
+                          (odd, {"color": "#c0392b", "marker": "x", "label": "outlier (> 1.5 IQR)"}),
+                          (above, {"color": "#c0392b", "marker": "^",
+                                   "label": f"outlier above the scale (slowest {slowest:.4g} us)"}),
+                          (below, {"color": "#c0392b", "marker": "v", "label": "outlier below the scale"})):
         if points:
-            ax.scatter(*zip(*points), s=9, **style)
+            ax.scatter(*zip(*points), s=12, clip_on=False, **style)
+    ax.set_ylim(low, high)
     ax.axhline(timing["median"], color="#222222", linewidth=1, label=f"median {timing['median']:.4g} us")
     ax.set_xlabel("round" + (f" (one in {step} shown, and every outlier)" if step > 1 else ""))
     ax.set_ylabel("us")
@@ -227,7 +251,7 @@ class Sources:
         if plan is None:
             raise Unplottable(f"case {case!r} is no longer in the kernel library")
         if plan.error:
-            raise Unplottable(f"the case cannot be planned: {_first_line(plan.error)}")
+            raise Unplottable(f"the case cannot be planned: {report.first_line(plan.error)}")
         return plan
 
     def outputs(self, stage: str, row: dict):
@@ -246,6 +270,16 @@ class Sources:
         if outputs.skipped:
             raise Unplottable(f"{stage} was skipped: {outputs.skipped}")
         return outputs
+
+    def kernel_timing(self, row: dict) -> dict:
+        """The kernel's timing with every round, from the samples of the row's bench entry."""
+        key = (row.get("keys") or {}).get("bench")
+        if not key:
+            raise Unplottable("the record names no bench entry, which holds the rounds")
+        entry = self.store.get("bench", key)
+        if entry is None:
+            raise Unplottable(f"its bench entry {key[:16]} is no longer in the cache")
+        return graph.load_timings(self.store, entry).kernel_us
 
 
 def output_plots(row: dict, sources: Sources) -> list:
@@ -282,12 +316,12 @@ def output_plots(row: dict, sources: Sources) -> list:
     return plots
 
 
-def rounds_plot(row: dict) -> Plot:
-    timing = row.get("kernel_timing") or {}
-    if not timing.get("times"):
+def rounds_plot(row: dict, sources: Sources) -> Plot:
+    if not row.get("kernel_timing"):
         return Plot("bench-rounds", "kernel benchmark rounds", reason="no benchmark rounds were recorded")
+    timing = sources.kernel_timing(row)
     return Plot("bench-rounds", f"kernel benchmark: {len(timing['times'])} rounds, "
-                                f"{len(timing.get('outliers') or ())} outliers", svg=draw_rounds(timing))
+                                f"{len(timing['outliers'])} outliers", svg=draw_rounds(timing))
 
 
 def case_plots(row: dict, sources: Sources) -> list:
@@ -297,20 +331,18 @@ def case_plots(row: dict, sources: Sources) -> list:
     except Unplottable as why:
         plots = [Plot("outputs", "outputs", reason=str(why))]
     except Exception as exc:  # noqa: BLE001 -- a case's figures never break the page: its reason is shown instead
-        plots = [Plot("outputs", "outputs", reason=f"cannot draw: {type(exc).__name__}: {_first_line(str(exc))}")]
+        plots = [Plot("outputs", "outputs", reason=f"cannot draw: {type(exc).__name__}: {report.first_line(str(exc))}")]
     try:
-        plots.append(rounds_plot(row))
+        plots.append(rounds_plot(row, sources))
+    except Unplottable as why:
+        plots.append(Plot("bench-rounds", "kernel benchmark rounds", reason=str(why)))
     except Exception as exc:  # noqa: BLE001 -- as above, for a malformed timing record
         plots.append(Plot("bench-rounds", "kernel benchmark rounds",
-                          reason=f"cannot draw: {type(exc).__name__}: {_first_line(str(exc))}"))
+                          reason=f"cannot draw: {type(exc).__name__}: {report.first_line(str(exc))}"))
     return plots
 
 
 # -- the page
-
-
-def _first_line(text) -> str:
-    return str(text).strip().split("\n", 1)[0]
 
 
 def _e(value) -> str:
@@ -323,7 +355,7 @@ _STAGE_ORDER = {s.name: i for i, s in enumerate(graph.STAGES)}
 def _reason(row: dict) -> str:
     """Why the case is not a pass, in one line: its reason, why it was skipped, or its first error's first line."""
     errors = row.get("errors") or {}
-    return row.get("reason") or row.get("skipped") or (_first_line(next(iter(errors.values()))) if errors else "")
+    return row.get("reason") or row.get("skipped") or (report.first_line(next(iter(errors.values()))) if errors else "")
 
 
 def _fmt(value, spec: str) -> str:
@@ -338,13 +370,11 @@ def _timing_text(timing, median_us) -> str:
     """A timing's figures; without one, the row's bare median (a record from before timings had their noise)."""
     if not isinstance(timing, dict) or not timing:
         return "-" if median_us is None else f"median {_fmt(median_us, '.4g')} us"
-    outliers = timing.get("outliers")
     return (f"median {_fmt(timing.get('median'), '.4g')} us, IQR {_fmt(timing.get('iqr'), '.3g')}, "
             f"std {_fmt(timing.get('std'), '.3g')}, min {_fmt(timing.get('min'), '.4g')}, "
             f"max {_fmt(timing.get('max'), '.4g')}, rse {_fmt(timing.get('rse'), '.2%')}, "
             f"{_fmt(timing.get('rounds'), 'd')} rounds after {_fmt(timing.get('warmup'), 'd')} warmup, stopped by "
-            f"{timing.get('stopped') or '-'}, {_fmt(len(outliers) if isinstance(outliers, list) else None, 'd')} "
-            f"outliers")
+            f"{timing.get('stopped') or '-'}, {_fmt(timing.get('outliers'), 'd')} outliers")
 
 
 def _speedup_text(row: dict) -> str:
@@ -433,8 +463,12 @@ window.addEventListener("load", () => {
 def render(record: dict, plots_of) -> str:
     """The page of a run record (report.json's shape); `plots_of(row)` gives a case's Plots."""
     rows = record["cases"]
-    failed = [r["case"] for r in rows if r.get("status") != "PASS"]
-    verdict = "PASSED" if record.get("passed") and not failed else f"FAILED ({len(failed)} of {len(rows)} cases)"
+    failed = [r for r in rows if r.get("status") not in report.NOT_FAILED]
+    skipped = sum(r.get("status") == "SKIPPED" for r in rows)
+    verdict = (f"FAILED ({len(failed)} of {len(rows)} cases)" if failed or not record.get("passed")
+               else f"ALL {len(rows)} SKIPPED (nothing verified)" if skipped == len(rows)
+               else "PASSED" + (f" ({skipped} of {len(rows)} cases SKIPPED)" if skipped else ""))
+    shade = "FAIL" if failed else "SKIPPED" if skipped == len(rows) else "PASS"
     machine = record.get("machine") or {}
     toolchain = record.get("toolchain") or {}
     summary = "".join(f"<tr><td><a href=\"#case-{_e(r['case'])}\">{_e(r['case'])}</a></td>"
@@ -443,19 +477,37 @@ def render(record: dict, plots_of) -> str:
                       f"<td>{_fmt(r.get('kernel_us'), '.4g')}</td><td>{_fmt(r.get('golden_us'), '.4g')}</td>"
                       f"<td>{_e(_speedup_text(r))}</td></tr>" for r in rows)
     about = ", ".join(f"{k}: {v}" for k, v in {**machine, **toolchain}.items())
+    key = page_key(record)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>golden-tasks run: {_e(verdict)}</title>
-<style>{STYLE}</style></head>
+{f"<!-- page {key} -->" if key else ""}<style>{STYLE}</style></head>
 <body data-layout="pending">
-<h1>golden-tasks run: <span class="status {'PASS' if verdict == 'PASSED' else 'FAIL'}">{_e(verdict)}</span></h1>
-<p>{_e(_when(record))}</p>
+<h1>golden-tasks run: <span class="status {shade}">{_e(verdict)}</span></h1>
+{_when_html(record)}
 <p class="about">{_e(about)}</p>
-<table class="summary"><tr><th>case</th><th>status</th><th>reason</th><th>kernel us</th><th>golden us</th>
+<table class="summary"><tr><th>case</th><th>status</th><th>reason</th><th>kernel median us</th><th>golden median us</th>
 <th>speedup</th></tr>{summary}</table>
 {"".join(_case_html(r, plots_of(r)) for r in rows)}
 <script>{MEASURE}</script>
 </body></html>
 """
+
+
+_WHEN = re.compile(rb'<p class="when">[^<]*</p>')  # all that differs between pages of the same content
+
+
+def _when_html(record: dict) -> str:
+    return f'<p class="when">{_e(_when(record))}</p>'
+
+
+def page_key(record: dict) -> str:
+    """The digest of everything a page shows but when the run was (_WHEN): the record, each case's figures
+    (plot_key) and the code; None when a row cannot say what its figures are drawn from."""
+    figures = [plot_key(row) for row in record["cases"]]
+    if None in figures:
+        return None
+    return digest_json({"record": {k: v for k, v in record.items() if k not in ("started", "finished")},
+                        "figures": figures, "code": _drawing_code()})
 
 
 def _when(record: dict) -> str:
@@ -483,6 +535,15 @@ def read_record(path: Path) -> dict:
 # -- the figures of a case, kept in the cache under the content they are drawn from
 
 
+_DRAWN_FROM = ("golden", "dispatch", "bench")  # the stages whose entries a case's figures show
+
+
+@functools.cache
+def _drawing_code() -> list:
+    here = Path(__file__).parent
+    return [digest_file(here / name) for name in ("html_report.py", "compare.py")]
+
+
 def plot_key(row: dict) -> str:
     """The digest of everything a case's figures are drawn from, or None when the row cannot say (no
     content keys): the golden's and the kernel's outputs and the rounds (their entries' keys, None for a
@@ -490,10 +551,8 @@ def plot_key(row: dict) -> str:
     keys, fingerprints = row.get("keys") or {}, row.get("fingerprints") or {}
     if not keys or not fingerprints.get("policy"):
         return None
-    drawn_from = {stage: keys.get(stage) for stage in ("golden", "dispatch", "bench")}
-    here = Path(__file__).parent
-    return digest_json({**drawn_from, "policy": fingerprints["policy"],
-                        "code": [digest_file(here / name) for name in ("html_report.py", "compare.py")]})
+    drawn_from = {stage: keys.get(stage) for stage in _DRAWN_FROM}
+    return digest_json({**drawn_from, "policy": fingerprints["policy"], "code": _drawing_code()})
 
 
 def _plots_path(store, key: str) -> Path:
@@ -504,19 +563,27 @@ def remembered_plots(store, row: dict) -> list:
     """The case's figures as drawn before from the same content, or None."""
     key = plot_key(row)
     try:
-        return key and [Plot(**p) for p in json.loads(_plots_path(store, key).read_text())]
-    except (OSError, ValueError, TypeError):
+        return key and [Plot(**p) for p in json.loads(_plots_path(store, key).read_text())["plots"]]
+    except (OSError, ValueError, TypeError, KeyError):
         return None
 
 
 def remember_plots(store, row: dict, plots: list) -> None:
-    """Keep the case's figures for the next page drawn from the same content (not for a read-only cache)."""
+    """Keep the case's figures for the next page drawn from the same content (not for a read-only cache),
+    with the entries they show, so that gc drops them with those (drawn_from)."""
     key = plot_key(row)
     if key and not store.readonly:
-        path = _plots_path(store, key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps([dataclasses.asdict(p) for p in plots]).encode()
-        atomic_write(path, lambda f: f.write(text))
+        shown = [[stage, row["keys"][stage]] for stage in _DRAWN_FROM if row["keys"].get(stage)]
+        text = json.dumps({"drawn_from": shown, "plots": [dataclasses.asdict(p) for p in plots]}).encode()
+        atomic_write(_plots_path(store, key), lambda f: f.write(text))
+
+
+def drawn_from(path: Path) -> set:
+    """The (stage, key) of the entries the figures remembered at `path` show (empty if unreadable)."""
+    try:
+        return {tuple(pair) for pair in json.loads(path.read_text())["drawn_from"]}
+    except (OSError, ValueError, TypeError, KeyError):
+        return set()
 
 
 def write_page(project: Path, plots_of) -> Path:
@@ -529,17 +596,31 @@ def write_page(project: Path, plots_of) -> Path:
 
 def write_page_if_drawn(project: Path) -> bool:
     """Write the page here, without plotting, when every case's figures are in the cache (a run that changed
-    nothing a figure shows): whether it did. Cheap enough for the doit parent: no torch, no matplotlib."""
-    store = config.open_store(project)
+    nothing a figure shows): whether it did. Cheap enough for the doit parent: no torch, no matplotlib. A page
+    of the same content (page_key) is the old page with the run's time in it: nothing is read or drawn again."""
+    store, runs = config.open_store(project), config.runs_root(project)
     try:
-        record = read_record(config.runs_root(project) / "report.json")
+        record = read_record(runs / "report.json")
     except ValueError:
         return False
+    if (key := page_key(record)) and (old := _page(runs / "report.html", key)):
+        page = _WHEN.sub(lambda _: _when_html(record).encode(), old, count=1)
+        atomic_write(runs / "report.html", lambda f: f.write(page))
+        return True
     plots = {row["case"]: remembered_plots(store, row) for row in record["cases"]}
     if any(p is None for p in plots.values()):
         return False
     write_page(project, lambda row: plots[row["case"]])
     return True
+
+
+def _page(path: Path, key: str) -> bytes:
+    """The page at `path` (its bytes) if it was rendered from content of this page_key, else None."""
+    try:
+        page = path.read_bytes()
+    except OSError:
+        return None
+    return page if f"<!-- page {key} -->".encode() in page[:1000] else None
 
 
 def _sources(project: Path, variables: list) -> Sources:
@@ -549,7 +630,7 @@ def _sources(project: Path, variables: list) -> Sources:
         pairs = dict(v.split("=", 1) for v in variables)
         return Sources(store, planned_library(project, store, run_variables(project, pairs.get)))
     except (ValueError, RuntimeError) as exc:  # a bad variable; planning itself failed
-        return Sources(store, why=_first_line(exc))
+        return Sources(store, why=report.first_line(exc))
 
 
 def main(argv=None) -> int:
@@ -564,26 +645,44 @@ def main(argv=None) -> int:
     if bad:
         parser.error(f"{bad[0]!r} is not NAME=VALUE")
     try:
-        read_record(config.runs_root(project) / "report.json")
+        record = read_record(config.runs_root(project) / "report.json")
     except ValueError as exc:
         print(f"golden-tasks html report: {exc}", file=sys.stderr)
         return 2
+    store = config.open_store(project)
+    plots = {row["case"]: remembered_plots(store, row) for row in record["cases"]}
+    undrawn = [row for row in record["cases"] if plots[row["case"]] is None]
+    drawers = min(len(undrawn), max(1, int(os.environ.get(config.WORKERS_ENV) or 1)), os.cpu_count() or 1)
+    # by the module's import name, so that a drawing process finds its functions (not in its __main__)
+    this = importlib.import_module("golden_tasks.html_report")
+    if drawers > 1:  # as many drawing processes as doit had workers: figures cost ~0.2 s a case
+        with ProcessPoolExecutor(drawers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=this.start_drawing, initargs=(project, args.variables)) as pool:
+            plots.update(zip((row["case"] for row in undrawn), pool.map(this.draw, undrawn)))
+    elif undrawn:
+        start_drawing(project, args.variables)
+        plots.update((row["case"], draw(row)) for row in undrawn)
+    print(f"html report: {write_page(project, lambda row: plots[row['case']])}")
+    return 0
+
+
+_drawing = None  # this process's Sources, once start_drawing made them
+
+
+def start_drawing(project: Path, variables: list) -> None:
+    """Make this process ready to draw figures of the project's cases (draw)."""
+    global _drawing
     import matplotlib  # noqa: PLC0415 -- the report's own process only
 
     matplotlib.use("Agg")  # before the kernel modules are imported: one that imports pyplot gets no GUI backend
-    sources = None
+    _drawing = _sources(project, variables)
 
-    def plots_of(row):
-        nonlocal sources
-        found = remembered_plots(config.open_store(project), row)
-        if found is None:
-            sources = sources or _sources(project, args.variables)
-            found = case_plots(row, sources)
-            remember_plots(sources.store, row, found)
-        return found
 
-    print(f"html report: {write_page(project, plots_of)}")
-    return 0
+def draw(row: dict) -> list:
+    """The case's figures, drawn and remembered in the cache."""
+    plots = case_plots(row, _drawing)
+    remember_plots(_drawing.store, row, plots)
+    return plots
 
 
 if __name__ == "__main__":

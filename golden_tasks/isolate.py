@@ -28,14 +28,12 @@ import multiprocessing.forkserver
 import os
 import pathlib
 import pickle
-import shutil
 import signal
 import socket
 import sys
 import tempfile
 import threading
 import time
-import traceback
 from pathlib import Path
 
 import torch
@@ -185,7 +183,7 @@ def _child(target, args, conn, environ, cwd, confinement=None, private=None):
     except VerificationFailure as exc:  # a verdict: its message is the report
         result = (False, exc)
     except BaseException as exc:  # noqa: BLE001 -- reported by the parent as the stage's failure, with its traceback
-        result = (False, "".join(traceback.format_exception(exc)).rstrip())
+        result = (False, origin.described(exc))
     reaper.kill_descendants()  # background processes the call started end with it
     conn.send(result)
     conn.close()
@@ -207,6 +205,7 @@ def _start(child) -> None:
             multiprocessing.forkserver._forkserver._stop()  # private, but the only way to restart it
         _server_environ = dict(os.environ)
         with _main_not_reimported():
+            reaper.started_without_sigint(multiprocessing.forkserver.ensure_running)
             child.start()
         _live.add(child.pid)
 
@@ -243,7 +242,7 @@ def pipe():
 @dataclasses.dataclass
 class Outcome:
     """How an isolated call ended: "returned" (value: its result), "raised" (value: the
-    VerificationFailure, or the traceback text), "crashed" (value: how its process died) or "hung"
+    VerificationFailure, or origin.described's text), "crashed" (value: how its process died) or "hung"
     (value: the seconds it was given)."""
     kind: str
     value: object = None
@@ -255,7 +254,7 @@ class Outcome:
         if isinstance(self.value, VerificationFailure):
             raise self.value
         if self.kind == "raised":
-            raise StageFailed(f"{what} raised:\n{self.value}")
+            raise StageFailed(f"{what} raised {self.value}")
         if self.kind == "crashed":
             raise StageFailed(f"{what} crashed: {self.value}")
         raise StageFailed(f"{what} hung: no result after {self.value:g} s (the case's timeout); "
@@ -287,7 +286,7 @@ class _Call:
     def __init__(self, target, args: tuple, confinement: Confinement = None):
         ctx = _context()
         self.connection, send = ctx.Pipe(duplex=False)
-        self.private = (confinement.writable or short_temp("gt-")) if confinement else None
+        self.private = (confinement.writable or reaper.make_temp("gt-")) if confinement else None
         self.owned = bool(confinement and not confinement.writable)  # removed by close()
         self.process = ctx.Process(target=_child, args=(target, args, send, dict(os.environ), os.getcwd(),
                                                         confinement, self.private), daemon=True)
@@ -321,7 +320,7 @@ class _Call:
         if self.forkserver:
             _sweep(self.forkserver)
         if self.owned:
-            shutil.rmtree(self.private, ignore_errors=True)
+            reaper.remove_temp(self.private)
 
 
 def call_all(jobs: list, timeout: float, grace: float = 1.0, failed=lambda outcome: outcome.kind != "returned",
@@ -377,13 +376,6 @@ def pool_network():
         finally:
             helper.kill()
             helper.close()
-
-
-def short_temp(prefix: str) -> str:
-    """A new temporary directory, in /tmp when the temporary folder's path is long (a unix socket's path
-    inside the directory must fit in 107 bytes)."""
-    short = len(tempfile.gettempdir()) <= 48 or not os.path.isdir("/tmp")
-    return tempfile.mkdtemp(prefix=prefix, dir=None if short else "/tmp")
 
 
 def _death(exitcode: int) -> str:

@@ -4,6 +4,7 @@ applied (doit's `NAME=VALUE` arguments, or the console script's), and its store.
 Used by the doit adapter and the `golden-tasks` console script alike; imports
 neither doit nor torch.
 """
+import difflib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,18 @@ def run_variables(root: Path, get: Callable) -> dict:
 
 # Variables that planning itself depends on (a case's specs may follow them), by their variable.
 CONTEXT = {"profile": config.PROFILE_ENV, "ranks": config.RANKS_ENV, "sandbox": config.SANDBOX_ENV}
+
+
+def unknown_variables(names, own=()) -> str:
+    """Why some of the NAME=VALUE `names` are read by no one ("" if all are known: ours, or `own`, a
+    dodo.py's own), with the nearest known name: doit would ignore them, so a misspelt `timout=5` would
+    change nothing in silence."""
+    known = {*VARIABLES, *CONTEXT, *own}
+    unknown = [name for name in names if name not in known]
+    hints = [name + (f" (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, n=1,
+                                                                                            cutoff=0.6)) else "")
+             for name in unknown]
+    return f"unknown doit variable{'s' * (len(unknown) > 1)} {', '.join(hints)}" if unknown else ""
 
 
 def apply_context(get: Callable) -> None:
@@ -73,3 +86,8 @@ class Library:
 
     def ok(self) -> list:
         return [p for p in self.plans.values() if not p.error]
+
+    def unplanned(self) -> list:
+        """The failed plans of kernel modules that could not be imported or planned at all (named by the
+        module's stem: their cases are not known)."""
+        return [p for p in self.plans.values() if p.error and p.module and p.case == p.module.rpartition(".")[2]]

@@ -9,11 +9,13 @@ recording `os.environ` for variables read by user code), and the doit parent
 re-checks the record (`changed`) before reusing a plan. Library internals are
 not recorded: files and directories of the stdlib and installed packages (their
 versions enter the plans' environment instead), and the import system's own
-reads (the modules it loads are recorded as source files by the planner).
+reads (the modules it loads are recorded as source files by the planner). A check stats each
+file and directory first and reads it only when its stat differs (like git's index).
 """
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 from .hashing import digest_bytes, digest_file
@@ -147,30 +149,55 @@ def _file_state(path: str):
         return None
 
 
-def _dir_state(path: str):
+def listing_digest(path: str):
+    """The digest of a folder's listing (its names), None when it cannot be listed."""
     try:
         return digest_bytes("\0".join(sorted(os.listdir(path))).encode())
     except OSError:
         return None
 
 
-_STATE = {"files": _file_state, "dirs": _dir_state, "env": os.environ.get}
+def _stat(path: str):
+    """What says a file or directory may have changed without reading it: size, mtime and inode (None: absent)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+_CONTENT = {"files": _file_state, "dirs": listing_digest}
+# A file modified this close to the snapshot may change again within its timestamp's granularity (2 s on
+# the coarsest file systems) without its stat showing it: its content is compared (git's racy-clean rule).
+RACY_NS = 2_000_000_000
 
 
 def snapshot(files=(), dirs=(), env=()) -> dict:
-    """{"files": {path: digest}, "dirs": {path: listing digest}, "env": {name: value}}; None marks
-    a file, directory or variable that does not exist (its appearing is a change too)."""
-    return {kind: {name: _STATE[kind](name) for name in sorted(names)}
-            for kind, names in (("files", files), ("dirs", dirs), ("env", env))}
+    """{"taken": ns, "files": {path: {"stat", "digest"}}, "dirs": {path: {"stat", "digest": of its listing}},
+    "env": {name: value}}; None marks a file, directory or variable that does not exist (its appearing
+    is a change too)."""
+    taken = time.time_ns()
+    record = {kind: {name: {"stat": _stat(name), "digest": _CONTENT[kind](name)} for name in sorted(names)}
+              for kind, names in (("files", files), ("dirs", dirs))}
+    return {"taken": taken, **record, "env": {name: os.environ.get(name) for name in sorted(env)}}
 
 
 def changed(record: dict, memo: dict) -> str:
-    """The first thing in a `snapshot` record that differs now (e.g. "file /p/table.npy"), or None.
-    `memo` caches current states across the records of one check."""
-    for kind, states in record.items():
-        for name, then in states.items():
+    """The first thing in a `snapshot` record that differs now (e.g. "file /p/table.npy"), or None. A file
+    or directory is read only when its stat differs from the recorded one or was racy (RACY_NS). `memo`
+    caches current states across the records of one check."""
+    for name, then in record["env"].items():
+        if os.environ.get(name) != then:
+            return f"variable {name}"
+    for kind in ("files", "dirs"):
+        for name, then in record[kind].items():
+            if ("stat", name) not in memo:
+                memo["stat", name] = _stat(name)
+            stat = memo["stat", name]
+            if stat == then["stat"] and (stat is None or stat[1] < record["taken"] - RACY_NS):
+                continue
             if (kind, name) not in memo:
-                memo[kind, name] = _STATE[kind](name)
-            if memo[kind, name] != then:
-                return f"{kind[:-1] if kind != 'env' else 'variable'} {name}"
+                memo[kind, name] = _CONTENT[kind](name)
+            if memo[kind, name] != then["digest"]:
+                return f"{kind[:-1]} {name}"
     return None

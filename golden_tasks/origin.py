@@ -24,7 +24,10 @@ import os
 import site
 import sys
 import sysconfig
+import traceback
 from urllib.parse import unquote, urlparse
+
+from .errors import VerificationFailure
 
 # The project's folders, for this process and (through the environment) the processes it starts.
 PROJECT_ENV = "GOLDEN_TASKS_PROJECT"
@@ -164,3 +167,29 @@ def is_user_source(name: str, file) -> bool:
 def is_user_module(name: str) -> bool:
     """`is_user_source` of a loaded module."""
     return is_user_source(name, getattr(sys.modules.get(name), "__file__", None))
+
+
+_OWN = os.path.dirname(os.path.abspath(__file__))  # golden_tasks' own files: never the user's frame
+
+
+def described(exc: BaseException) -> str:
+    """An exception of user code (a kernel module, a golden, a spec's init) as a report says it: one line,
+    `TYPE: MESSAGE (at FILE:LINE)`, where the line is the innermost frame of user code (else the innermost
+    frame), then the full traceback on the lines below, for the log. golden_tasks' own verdict on what
+    the user gave it (a VerificationFailure, whose message names what is wrong) is its message, at the
+    user's line if one raised it, without a traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    users = [f for f in frames if not f.filename.startswith(_OWN) and is_user_file(f.filename)]
+    ours = isinstance(exc, VerificationFailure)
+    where = (users if ours else users or frames)[-1:]
+    at = "".join(f" (at {shown(f.filename)}:{f.lineno})" for f in where)
+    if ours:
+        return f"{type(exc).__name__}: {exc}{at}"
+    message = next(iter(str(exc).splitlines()), "")
+    return f"{type(exc).__name__}: {message}{at}\n" + "".join(traceback.format_exception(exc)).rstrip()
+
+
+def shown(path: str, start: str = None) -> str:
+    """A path relative to `start` (default: the working directory) when inside it."""
+    relative = os.path.relpath(path, start)
+    return path if relative.startswith("..") else relative

@@ -15,8 +15,11 @@ a CUDA kernel), and a stage that reads a skipped one skips with its reason.
 Skipped is never passed.
 """
 import dataclasses
+import math
 
 POLICY_FILE = "policy.pkl"  # validate: the policy it judged with (cloudpickle), for replays
+SAMPLES_FILE = "samples.json"  # bench, golden_bench: their timings' round times (Stats.split)
+_SAMPLED = ("times", "outliers")  # a timing's lists of round times: samples, not summary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +76,8 @@ class BenchMeta(Meta):
 class Stats:
     """Timings, outside the entry's digest. A timing is stages.summary's: min, median, mean, max, std,
     iqr, the noise floor reached (rse), outliers and every round's time in microseconds, with its rounds,
-    warmup and why it stopped; and where it was measured (threads, device)."""
+    warmup and why it stopped; and where it was measured (threads, device). A stored entry's stats hold
+    the summary (split): its round times are in the entry's SAMPLES_FILE."""
     seconds: float = None  # the stage's own run (set by the graph)
     golden_us: dict = None  # golden_bench: the golden function's timing
     kernel_us: dict = None  # bench: the kernel's timing
@@ -84,6 +88,46 @@ class Stats:
 
     def to_json(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def split(self) -> tuple["Stats", dict]:
+        """(the stats with each timing summarised, the samples: field -> its round times, or {} when none).
+        An entry keeps the summary in its stats and the samples in its object SAMPLES_FILE, which only what
+        draws them reads (joined)."""
+        timings = {f: split_timing(t) for f in ("golden_us", "kernel_us") if (t := getattr(self, f))}
+        return (dataclasses.replace(self, **{f: summary for f, (summary, _) in timings.items()}),
+                {f: samples for f, (_, samples) in timings.items()})
+
+
+def median_rse(timing: dict) -> float | None:
+    """The relative standard error of a timing's median, the one statistic every report and `compare` use:
+    sqrt(pi/2) * sigma / sqrt(rounds) / median (the median's asymptotic error), with sigma estimated from the
+    IQR (IQR / 1.349), so that outliers, reported and kept, do not inflate it; None with fewer than two
+    rounds or a summary without them."""
+    rounds, iqr, median = timing.get("rounds"), timing.get("iqr"), timing.get("median")
+    if not isinstance(rounds, int) or rounds < 2 or iqr is None or not median:
+        return None
+    return (math.pi / 2) ** 0.5 * (iqr / 1.349) / rounds ** 0.5 / median
+
+
+def split_timing(timing: dict) -> tuple[dict, dict]:
+    """(summary, samples) of a timing (stages.summary's; a multi-rank one has each rank's under "ranks"): the
+    round times and the outliers' times go to samples, and the summary counts the outliers."""
+    summary = {k: v for k, v in timing.items() if k not in _SAMPLED}
+    if "outliers" in timing:
+        summary["outliers"] = len(timing["outliers"])
+    samples = {k: timing[k] for k in _SAMPLED if k in timing}
+    if "ranks" in timing:
+        parts = [split_timing(rank) for rank in timing["ranks"]]
+        summary["ranks"], samples["ranks"] = [p[0] for p in parts], [p[1] for p in parts]
+    return summary, samples
+
+
+def join_timing(summary: dict, samples: dict) -> dict:
+    """The timing that split_timing split."""
+    joined = {**summary, **{k: v for k, v in samples.items() if k != "ranks"}}
+    if "ranks" in summary:
+        joined["ranks"] = [join_timing(s, r) for s, r in zip(summary["ranks"], samples.get("ranks", []))]
+    return joined
 
 
 @dataclasses.dataclass

@@ -179,6 +179,11 @@ class Plan:
         nonce, so that everything depending on them recomputes (once per run: its stages agree)."""
         return dataclasses.replace(self, nonce=uuid.uuid4().hex) if self.volatile else self
 
+    @functools.cached_property
+    def keys_made(self) -> dict:
+        """graph's memo of this plan's stage keys: not a field, so outside its JSON, equality and replace."""
+        return {}
+
     def keyed(self, stage: str) -> dict:
         """The fields that enter `stage`'s key, by name."""
         return {f: getattr(self, f) for f in keyed_fields(stage)}

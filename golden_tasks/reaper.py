@@ -9,9 +9,14 @@ no-ops: isolation then still fails a crashing or hanging case, but cannot
 promise that nothing it started is left.
 """
 import ctypes
+import multiprocessing
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -34,14 +39,62 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
             os.kill(os.getpid(), sig)
 
 
+# A Ctrl-C is sent to every process of the terminal's foreground group: a Python helper still starting up
+# (site, imports) would die of it with a traceback, though the process that started it handles the Ctrl-C
+# and ends the helper anyway. So helpers start without it: python_module in a session of its own, and a
+# long-lived server (the isolation forkserver) by started_without_sigint.
+def started_without_sigint(start: Callable[[], None]) -> None:
+    """Call `start`, which starts processes, in a thread that blocks SIGINT: they keep it blocked for their
+    life (a signal mask survives fork and exec). Not in the calling thread: while it blocked SIGINT, Linux
+    would give a Ctrl-C to another thread, and Python runs the handler only once its main thread runs
+    again (a doit worker that waits for its next task never would)."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 -- not in the doit parent
+
+    with ThreadPoolExecutor(1, initializer=signal.pthread_sigmask, initargs=(signal.SIG_BLOCK, {signal.SIGINT})) as one:
+        one.submit(start).result()
+
+
+def python_module(module: str, *args: str, **options) -> subprocess.CompletedProcess:
+    """`python -m module args` run to its end, with its output captured as text; a Ctrl-C reaches this
+    process only, which kills the module's process as it leaves (subprocess.run)."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          start_new_session=True, **options)
+
+
+# Temporary folders of this process (make_temp) that a signal ending it removes: their owners' `finally`
+# blocks do not run then, since the process exits at once (unwinding a doit worker deadlocks on its queue).
+_folders = set()
+
+
+def make_temp(prefix: str) -> str:
+    """A new temporary folder, in /tmp when the temporary folder's path is long (a unix socket's path
+    inside it must fit in 107 bytes); its owner removes it with remove_temp, and a signal that ends this
+    process first removes it too (own_tree_until_parent_dies)."""
+    short = len(tempfile.gettempdir()) <= 48 or not os.path.isdir("/tmp")
+    path = tempfile.mkdtemp(prefix=prefix, dir=None if short else "/tmp")
+    _folders.add(path)
+    return path
+
+
+def remove_temp(path: str) -> None:
+    """Remove a make_temp folder."""
+    shutil.rmtree(path, ignore_errors=True)
+    _folders.discard(path)
+
+
 def own_tree_until_parent_dies() -> None:
     """Adopt the orphans below, and when the parent dies (SIGTERM, or a SIGTERM from anyone),
-    kill everything below and exit: for long-lived processes that start others (doit workers,
-    the isolation forkserver), whose children may be compilers or kernels that ignore signals."""
+    kill everything below, remove the folders given to remove_if_ended and exit: for long-lived
+    processes that start others (doit workers, the isolation forkserver), whose children may be
+    compilers or kernels that ignore signals."""
     adopt_orphans()
 
     def end(signum, frame):
         kill_descendants()
+        # and multiprocessing's own (pymp-*), which its exit handler would have removed
+        for path in [*_folders, multiprocessing.current_process()._config.get("tempdir")]:
+            if path:
+                shutil.rmtree(path, ignore_errors=True)
         os._exit(128 + signum)
     signal.signal(signal.SIGTERM, end)
     die_with_parent(signal.SIGTERM)
@@ -85,11 +138,11 @@ def descendants(pid: int) -> set:
     return found
 
 
-def kill(pids) -> None:
-    """SIGKILL each of `pids` (already gone is fine)."""
+def kill(pids, sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to each of `pids` (already gone is fine)."""
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
 

@@ -6,23 +6,29 @@ runs/<case>.log, every failure message of a case that failed in the run (the tab
 the first line of the first one); and runs/report.html (write_html: golden_tasks.html_report).
 """
 import json
-import subprocess
-import sys
+import math
 from pathlib import Path
 
-from . import html_report, junit
+from . import reaper
 from .graph import STAGES, snapshot
-from .outputs import BenchMeta, Stats, ValidateMeta
+from .origin import shown
+from .outputs import SAMPLES_FILE, BenchMeta, Stats, ValidateMeta, median_rse
 from .plan import FailedPlan, Plan
 from .store import atomic_write
 
-# How a stage fared in this run.
-RAN, CACHED, FAILED, NOT_RUN = "ran", "cached", "FAILED", "-"
+# How a stage fared in this run; SKIPPED_STAGE: it ran or was cached, and did no work (its entry says why).
+RAN, CACHED, FAILED, NOT_RUN, SKIPPED_STAGE = "ran", "cached", "FAILED", "-", "skipped"
+# A case's statuses, worst first; a SKIPPED case is not a failure (pytest's rule): a run passes when every
+# case is PASS or SKIPPED.
+STATUSES = ("FAIL", "INCOMPLETE", "SKIPPED", "PASS")
+NOT_FAILED = ("PASS", "SKIPPED")
 
 
-def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict:
+def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: dict = None,
+             failed_max_abs: float = None) -> dict:
     """The summary of one case from its stage states and its cached entries (the row of the run
-    record: see docs/reports.md)."""
+    record: see docs/reports.md); `found`: entries already looked up (graph.resolve); `failed_max_abs`:
+    the largest error of a validation that failed in this run (errors.StageFailed.max_abs)."""
     row = {"case": plan.case, "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
            "max_abs": None, "outputs": [], "warnings": [], "kernel_us": None, "golden_us": None, "speedup": None,
            "speedup_err": None, "kernel_timing": None, "golden_timing": None, "rank_us": None, "imbalance": None,
@@ -30,34 +36,39 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict
            "golden_protected": None}
     if plan.error:
         row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan.error},
-                   reason=_first_line({"plan": plan.error}))
+                   reason=_first_failure({"plan": plan.error}))
         return row
     row["golden_protected"] = plan.golden_protected
-    entries = snapshot(plan, store)
+    entries = snapshot(plan, store, found)
     row["keys"] = {name: entry and entry.key for name, entry in entries.items()}
     row["fingerprints"] = {field: getattr(plan, field) for field in ("kernel", "golden", "policy")}
     row["seconds"] = sum(Stats.of(entries[name]).seconds or 0.0 for name, state in row["stages"].items()
                          if state == RAN and entries[name])
+    for name, state in row["stages"].items():
+        if state in (RAN, CACHED) and entries[name] and entries[name].meta.get("skipped"):
+            row["stages"][name] = SKIPPED_STAGE
     validate, bench, timed_golden = entries["validate"], entries["bench"], entries["golden_bench"]
     verdict = validate and ValidateMeta.of(validate)
     if verdict:
         row.update(max_abs=verdict.max_abs, outputs=verdict.outputs, warnings=list(verdict.warnings))
+    elif failed_max_abs is not None and math.isfinite(failed_max_abs):  # JSON has no NaN
+        row["max_abs"] = failed_max_abs
     if bench and (second := BenchMeta.of(bench).second_set) and second != "checked":
         row["warnings"].append(f"the benchmark's second input set was {second}")
-    if timed_golden and (timing := Stats.of(timed_golden).golden_us):
+    if timed_golden and (timing := _timing(timed_golden, "golden_us")):
         row.update(golden_us=timing["median"], golden_timing=timing)
-    if bench and (timing := Stats.of(bench).kernel_us):  # a skipped bench has none
+    if bench and (timing := _timing(bench, "kernel_us")):  # a skipped bench has none
         row.update(kernel_us=timing["median"], kernel_timing=timing)  # several ranks: of each round's slowest rank
         if "ranks" in timing:
             row["rank_us"] = [r["median"] for r in timing["ranks"]]
             row["imbalance"] = timing["imbalance"]
     if row["kernel_us"] and row["golden_us"]:
         row["speedup"] = row["golden_us"] / row["kernel_us"]
-        noise = [t["rse"] for t in (row["kernel_timing"], row["golden_timing"])]
+        noise = [median_rse(t) for t in (row["kernel_timing"], row["golden_timing"])]
         if None not in noise:  # relative standard errors add in quadrature
             row["speedup_err"] = row["speedup"] * (noise[0] ** 2 + noise[1] ** 2) ** 0.5
     if errors or FAILED in row["stages"].values():
-        row.update(status="FAIL", reason=_first_line(errors))
+        row.update(status="FAIL", reason=_first_failure(errors))
     elif verdict and verdict.skipped:
         row.update(status="SKIPPED", skipped=verdict.skipped)
     elif validate and bench:
@@ -67,7 +78,40 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store) -> dict
     return row
 
 
-def _first_line(errors: dict) -> str:
+def passed(rows: list) -> bool:
+    """Whether a run of these rows passed: no case failed (FAIL or INCOMPLETE); skips are not failures."""
+    return all(r["status"] in NOT_FAILED for r in rows)
+
+
+def counts(rows: list) -> dict:
+    """How many cases have each status, worst first (those that occur)."""
+    found = [r["status"] for r in rows]
+    return {status: found.count(status) for status in STATUSES if status in found}
+
+
+def outcome_line(rows: list) -> str:
+    """The run's last line: how many cases have each status, and plainly when nothing was verified
+    because every case was skipped."""
+    tally = counts(rows)
+    if tally == {"SKIPPED": len(rows)}:
+        return (f"all {len(rows)} selected case{'s' * (len(rows) > 1)} SKIPPED: nothing was verified on this "
+                "machine (the reasons are above)")
+    return f"{len(rows)} case{'s' * (len(rows) > 1)}: " + ", ".join(f"{n} {s}" for s, n in tally.items())
+
+
+def _timing(entry, field: str) -> dict:
+    """The entry's timing summary, with the digest of the object that holds its round times ("samples")."""
+    timing = getattr(Stats.of(entry), field)
+    record = entry.objects.get(SAMPLES_FILE)
+    return timing and {**timing, "samples": record and record["digest"]}
+
+
+def first_line(text) -> str:
+    """The first line of `text` that is not blank, stripped."""
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+
+
+def _first_failure(errors: dict) -> str:
     """The message that matters: the first line of the first failure (plan, then graph order), with
     the next one when it only announces them ("validation FAILED for x:")."""
     order = ["plan", *(s.name for s in STAGES)]
@@ -106,7 +150,8 @@ def _speedup(row: dict) -> str:
 
 
 def format_table(rows: list) -> str:
-    header = ["case", "status", *[s.name for s in STAGES], "max err", "kernel us", "golden us", "speedup"]
+    header = ["case", "status", *[s.name for s in STAGES], "max err", "kernel median us", "golden median us",
+              "speedup"]
     body = [[r["case"], r["status"], *r["stages"].values(), _num(r["max_abs"], ".2e"),
              _num(r["kernel_us"], ".1f"), _num(r["golden_us"], ".1f"),
              _speedup(r)] for r in rows]
@@ -117,17 +162,9 @@ def format_table(rows: list) -> str:
     lines += [f"{r['case']}: WARNING: {w}" for r in rows for w in r.get("warnings", ())]
     lines += [f"{r['case']}: per rank, median us: " + ", ".join(f"{i}: {us:.1f}" for i, us in enumerate(r["rank_us"]))
               + (f"; LOAD IMBALANCE: {r['imbalance']}" if r["imbalance"] else "") for r in rows if r["rank_us"]]
-    lines += [f"{r['case']}: FAIL at {r['reason']}" + (f"  (all messages: {_shown(r['log'])})" if r.get("log") else "")
+    lines += [f"{r['case']}: FAIL at {r['reason']}" + (f"  (all messages: {shown(r['log'])})" if r.get("log") else "")
               for r in rows if r["status"] == "FAIL"]
     return "\n".join(lines)
-
-
-def _shown(path: str) -> str:
-    """A path as short as it can be said: relative to the working directory when inside it."""
-    try:
-        return str(Path(path).relative_to(Path.cwd()))
-    except ValueError:
-        return path
 
 
 def log_path(runs_root: Path, case: str) -> Path:
@@ -145,18 +182,24 @@ def write_files(runs_root: Path, record: dict) -> None:
                                       for stage, message in row["errors"].items()))
         else:
             path.unlink(missing_ok=True)
-    _write_text(Path(runs_root) / "report.json", json.dumps(record, indent=1, sort_keys=True))
+    from . import junit  # noqa: PLC0415 -- only where a run's files are written
+
+    # compact: json's C encoder (an indented record is encoded in Python, ten times slower); `python -m
+    # json.tool runs/report.json` shows it indented
+    _write_text(Path(runs_root) / "report.json", json.dumps(record, sort_keys=True))
     junit.write(Path(runs_root) / "report.xml", record)
 
 
-def write_html(project: Path) -> str:
+def write_html(project: Path, say=lambda line: None) -> str:
     """Render runs/report.html from the record just written: here when every case's figures are in the
     cache, else in its own process (plotting imports torch, matplotlib and the kernel modules, which the
-    doit parent must not): None, or why it failed."""
+    doit parent must not), after `say`ing so (it takes seconds): None, or why it failed."""
+    from . import html_report  # noqa: PLC0415 -- only where a page is written
+
     if html_report.write_page_if_drawn(project):
         return None
-    done = subprocess.run([sys.executable, "-m", "golden_tasks.html_report", "--project", str(project)],
-                          capture_output=True, text=True)
+    say("drawing the figures of runs/report.html ...")
+    done = reaper.python_module("golden_tasks.html_report", "--project", str(project))
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no message"])[-1]
 
 

@@ -12,19 +12,27 @@ from .plan import FailedPlan
 
 @dataclasses.dataclass
 class RunResult:
-    """The outcome of one case: `passed` only when validation ran and passed."""
+    """The outcome of one case. `status` is the report's (PASS, FAIL, SKIPPED, INCOMPLETE); `passed` only
+    when validation ran and passed; `skipped`: why a SKIPPED case was not verified here. A skip is not
+    a failure: the result is true (bool) unless the case `failed`."""
     passed: bool
     error: str
     case: str
-    stages: dict  # stage -> "ran" | "cached" | "FAILED" | "-"
+    stages: dict  # stage -> "ran" | "cached" | "skipped" | "FAILED" | "-"
     timings: dict  # stage -> seconds of the run that produced its entry
     work_dir: Path  # the case's runtime dir (written when it passes; see golden_tasks.replay)
     bench: dict  # kernel timing stats (us)
     golden_bench: dict  # golden timing stats (us)
     report: dict  # the summary row
+    status: str
+    skipped: str = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status not in report.NOT_FAILED
 
     def __bool__(self):
-        return self.passed
+        return not self.failed
 
 
 
@@ -34,7 +42,7 @@ def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
     fails; the runtime dir `work_dir` written when the case passes; the hits and misses logged.
     Returns (the summary row: report.case_row, stage -> seconds of the run that made its entry).
     `case` is the live case when the caller has it (else imported where a stage needs it)."""
-    states, errors, timings = {}, {}, {}
+    states, errors, timings, failed_max_abs = {}, {}, {}, None
     if not plan.error:
         if any(graph.remeasured(s, plan) or graph.cached(s, plan, store) is None for s in graph.STAGES):
             config.apply_threads()  # imports torch: not for a case whose every stage is cached
@@ -44,17 +52,19 @@ def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
             except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
                 detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
                 states[stage.name], errors[stage.name] = report.FAILED, f"{exc}{detail}"
+                failed_max_abs = getattr(exc, "max_abs", None)
                 break
             states[stage.name] = report.RAN if ran else report.CACHED
             timings[stage.name] = Stats.of(entry).seconds
-    row = report.case_row(plan, states, errors, store)
+    row = report.case_row(plan, states, errors, store, failed_max_abs=failed_max_abs)
     if row["status"] == "PASS" and (plan.fresh or not runtime.is_current(plan, store, work_dir)):
         runtime.materialize(plan, store, work_dir, row)
     tally = report.Tally()
-    for stage, state in row["stages"].items():
+    for stage, state in states.items():
         if state in (report.RAN, report.CACHED):
             tally.add(stage, plan.case, state == report.CACHED)
     store.log_run(tally.to_json())
+    store.record_use({(stage, key) for stage, key in row["keys"].items() if key})
     return row, timings
 
 
@@ -70,6 +80,12 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **o
     Setup errors (ABI mismatch, bad specs, compile errors) and validation
     mismatches come back as a failed RunResult with a precise message.
     """
+    with config.third_party_warnings_hidden():  # torch's deprecation chatter, not the user's warnings
+        return _run(fn, specs, golden, name, cache_dir, runs_dir, options)
+
+
+def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
+    """run's work, with its options as a dict."""
     from .case import Case, plan_of  # noqa: PLC0415 -- imports torch: not for verify's callers
     from .forms import KernelForm  # noqa: PLC0415 -- as above
 
@@ -100,6 +116,6 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **o
         error="\n".join(row["errors"].values()) or (f"SKIPPED: {row['skipped']}" if row["skipped"] else None)
         or (row["status"] if row["status"] != "PASS" else None),
         case=case_name, stages=row["stages"], timings=timings, work_dir=work_dir,
-        bench=(bench and Stats.of(bench).kernel_us) or {},
-        golden_bench=(golden_entry and Stats.of(golden_entry).golden_us) or {},
-        report=row)
+        bench=(bench and graph.load_timings(store, bench).kernel_us) or {},
+        golden_bench=(golden_entry and graph.load_timings(store, golden_entry).golden_us) or {},
+        report=row, status=row["status"], skipped=row["skipped"])

@@ -1,13 +1,19 @@
 """`golden-tasks compare A.json B.json`: two run records (runs/report.json), case by case.
 
 First every status change: a case whose status differs (PASS -> FAIL, FAIL -> PASS, -> SKIPPED, ...),
-a case new in B, a case only in A. Then one line per case present in both runs: the kernel's mean round
-time in A and in B, each with its relative standard error (rse), the ratio B/A with its standard error,
-and a verdict.
+a case new in B, a case only in A. Then one line per case present in both runs: the kernel's median round
+time in A and in B, each with its relative standard error (outputs.median_rse), the ratio B/A with its
+standard error, and a verdict.
 
-The verdict. r = mean_B / mean_A; its standard error s = r * sqrt(rse_A^2 + rse_B^2) (the relative
-standard errors of two independent means, combined in quadrature). With k = --sigmas (3) and the
-practical threshold t = --threshold (2%):
+The verdict. r = median_B / median_A. Its standard error combines the noise inside each run (the
+medians' relative standard errors) with the noise between runs, which that does not see: two runs of
+unchanged code on one machine differ by more than their rounds' spread (clock frequency, where the
+process lands, memory layout). d = --drift (the between-run relative noise of one run, 3% by default,
+measured on an idle machine: docs/comparing-runs.md) enters once per run:
+
+    s = r * sqrt(rse_A^2 + rse_B^2 + 2 d^2)
+
+With k = --sigmas (3) and the practical threshold t = --threshold (2%):
 
     SLOWER      r - 1 > k*s  and  r - 1 > t    (B is slower beyond the noise and by more than t)
     FASTER      1 - r > k*s  and  1 - r > t
@@ -15,10 +21,10 @@ practical threshold t = --threshold (2%):
                 within 1 +- t: any difference is too small to matter)
     UNCERTAIN   otherwise: the noise is too large to tell
 
-A timing without a noise estimate (rse None: fewer than two rounds) makes its case UNCERTAIN; a case
+A timing without a noise estimate (fewer than two rounds) makes its case UNCERTAIN; a case
 without a kernel timing in either run (FAIL, SKIPPED) gets no verdict. A case whose bench entry has the
-same key and the same timing, round for round, in both runs was not re-timed (B reused A's measurement
-from the cache): it is SAME.
+same key and the same timing (its figures and `samples`, the digest of its round times) in both runs was
+not re-timed (B reused A's measurement from the cache): it is SAME.
 
 Exit status: 1 when a case regressed, 0 when none did, 2 for bad input (a file missing, not JSON, or
 not a run record; the message names the file and the field). What counts as a regression is
@@ -31,6 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .outputs import median_rse
+
 STATUSES = ("PASS", "FAIL", "SKIPPED", "INCOMPLETE")
 FAIL_ON = ("any", "status", "slower", "none")
 
@@ -41,13 +49,13 @@ class BadRecord(ValueError):
 
 @dataclass(frozen=True)
 class Timing:
-    """A kernel's mean round time (us) and the relative standard error of that mean (None: unknown)."""
-    mean: float
+    """A kernel's median round time (us) and the relative standard error of that median (None: unknown)."""
+    median: float
     rse: float | None
 
     def describe(self) -> str:
         noise = "?" if self.rse is None else f"{self.rse:.1%}"
-        return f"{self.mean:.2f} ±{noise}"
+        return f"{self.median:.2f} ±{noise}"
 
 
 @dataclass(frozen=True)
@@ -61,12 +69,15 @@ class Change:
         return f"{self.ratio:.3f} ±{'?' if self.err is None else f'{self.err:.3f}'}"
 
 
-def judge(a: Timing, b: Timing, threshold: float = 0.02, sigmas: float = 3.0) -> Change:
+DRIFT = 0.03  # --drift's default: see the module docstring
+
+
+def judge(a: Timing, b: Timing, threshold: float = 0.02, sigmas: float = 3.0, drift: float = DRIFT) -> Change:
     """The verdict on B's timing against A's (the rule in the module docstring)."""
-    ratio = b.mean / a.mean
+    ratio = b.median / a.median
     if a.rse is None or b.rse is None:
         return Change(ratio, None, "UNCERTAIN")
-    err = ratio * math.hypot(a.rse, b.rse)
+    err = ratio * math.hypot(a.rse, b.rse, drift, drift)
     if ratio - 1 > sigmas * err and ratio - 1 > threshold:
         return Change(ratio, err, "SLOWER")
     if 1 - ratio > sigmas * err and 1 - ratio > threshold:
@@ -90,10 +101,11 @@ def _timing(row: dict, path: Path, field: str) -> Timing | None:
         return None
     if not isinstance(timing, dict):
         raise BadRecord(f"{path}: {field}: expected an object, got {json.dumps(timing)}")
-    mean = _number(timing.get("mean"), path, f"{field}.mean", 0)
-    if mean == 0:
-        raise BadRecord(f"{path}: {field}.mean: a mean round time of 0 us cannot be compared")
-    return Timing(mean, _number(timing.get("rse"), path, f"{field}.rse", 0, allow_none=True))
+    median = _number(timing.get("median"), path, f"{field}.median", 0)
+    if median == 0:
+        raise BadRecord(f"{path}: {field}.median: a median round time of 0 us cannot be compared")
+    _number(timing.get("iqr"), path, f"{field}.iqr", 0, allow_none=True)
+    return Timing(median, median_rse(timing))
 
 
 def load(path: Path) -> dict:
@@ -154,9 +166,10 @@ def _table(lines: list) -> list:
     return ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in lines]
 
 
-def _timings(cases: list, a_rows: dict, b_rows: dict, threshold: float, sigmas: float) -> tuple[list, dict]:
+def _timings(cases: list, a_rows: dict, b_rows: dict, threshold: float, sigmas: float,
+             drift: float) -> tuple[list, dict]:
     """The timing table of `cases` (in both runs) and the verdict of each case timed in both."""
-    table, verdicts = [["case", "A mean us", "B mean us", "B/A", "verdict"]], {}
+    table, verdicts = [["case", "A median us", "B median us", "B/A", "verdict"]], {}
     for case in cases:
         a, b = a_rows[case], b_rows[case]
         ta, tb = a["timing"], b["timing"]
@@ -169,7 +182,7 @@ def _timings(cases: list, a_rows: dict, b_rows: dict, threshold: float, sigmas: 
         if bench_key and bench_key == (b.get("keys") or {}).get("bench") and a["kernel_timing"] == b["kernel_timing"]:
             change, note = Change(1.0, 0.0, "SAME"), " (one measurement: the same bench entry)"
         else:
-            change = judge(ta, tb, threshold, sigmas)
+            change = judge(ta, tb, threshold, sigmas, drift)
             note = " (no noise estimate: fewer than two rounds)" if change.err is None else ""
         verdicts[case] = change.verdict
         table.append([case, ta.describe(), tb.describe(), change.describe(), change.verdict + note])
@@ -177,7 +190,7 @@ def _timings(cases: list, a_rows: dict, b_rows: dict, threshold: float, sigmas: 
 
 
 def compare(a_path: Path, b_path: Path, threshold: float = 0.02, sigmas: float = 3.0,
-            fail_on: str = "any") -> tuple[str, int]:
+            fail_on: str = "any", drift: float = DRIFT) -> tuple[str, int]:
     """The comparison's text and exit status (0: no regression, 1: a regression); BadRecord for bad input."""
     a, b = load(a_path), load(b_path)
     a_rows, b_rows = a["cases"], b["cases"]
@@ -192,12 +205,13 @@ def compare(a_path: Path, b_path: Path, threshold: float = 0.02, sigmas: float =
     no_longer_pass = [c for c in changed if c in b_rows and a_rows.get(c, {}).get("status") == "PASS"]
 
     both = [c for c in order if c in a_rows and c in b_rows]
-    table, verdicts = _timings(both, a_rows, b_rows, threshold, sigmas)
+    table, verdicts = _timings(both, a_rows, b_rows, threshold, sigmas, drift)
     lines += ["", *table] if both else ["", "no case in both runs"]
     counts = ", ".join(f"{list(verdicts.values()).count(v)} {v.lower()}"
                        for v in ("FASTER", "SLOWER", "SAME", "UNCERTAIN"))
     lines += ["", f"cases in both runs: {len(both)}, timed in both: {len(verdicts)}: {counts} "
-                  f"(FASTER/SLOWER: beyond {sigmas:g} standard errors and {threshold:.1%}; ± is one standard error)"]
+                  f"(FASTER/SLOWER: beyond {sigmas:g} standard errors and {threshold:.1%}; ± is one standard error, "
+                  f"B/A's with {drift:.1%} of drift between runs)"]
 
     regressions = []
     if fail_on in ("any", "status"):

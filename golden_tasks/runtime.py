@@ -25,8 +25,9 @@ from pathlib import Path
 
 from . import graph
 from .hashing import canonical_json, digest_bytes
-from .outputs import POLICY_FILE, AbiMeta, CompileMeta, InputsMeta, Meta, Outputs, Stats
+from .outputs import POLICY_FILE, AbiMeta, CompileMeta, InputsMeta, Meta, Outputs
 from .plan import REPLAY_MEANING, Plan
+from .store import umask
 from .toolchain import toolchain
 
 MANIFEST = "manifest.json"
@@ -46,20 +47,23 @@ def records(manifest: dict) -> dict:
     return {**manifest["tensors"], **manifest["artifact"]["files"], **manifest["files"]}
 
 
-def current_keys(plan: Plan, store) -> dict:
-    """stage -> key for every stage whose upstream is cached (None otherwise)."""
-    found = {}
-    return {s.name: graph.resolve(s, plan, store, found)[0] for s in graph.STAGES}
+def current_keys(plan: Plan, store, found: dict = None) -> dict:
+    """stage -> key for every stage whose upstream is cached (None otherwise); `found` as graph.resolve's
+    (an entry found under a stage's current key has that key)."""
+    found = {} if found is None else found
+    return {s.name: found[s.name].key if found.get(s.name) else graph.resolve(s, plan, store, found)[0]
+            for s in graph.STAGES}
 
 
-def is_current(plan: Plan, store, case_dir: Path) -> bool:
+def is_current(plan: Plan, store, case_dir: Path, found: dict = None) -> bool:
     """Whether case_dir holds this plan's current run, under its profile, every file present, unchanged
-    since written (size and mtime: the files are hard links, so damage to a cache object shows here too)."""
+    since written (size and mtime: the files are hard links, so damage to a cache object shows here too).
+    `found`: entries already looked up in this run (graph.resolve)."""
     try:
         manifest = json.loads((case_dir / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    if manifest.get("keys") != current_keys(plan, store) or manifest.get("profile") != plan.profile:
+    if manifest.get("keys") != current_keys(plan, store, found) or manifest.get("profile") != plan.profile:
         return False
     for rel, record in records(manifest).items():
         try:
@@ -78,7 +82,7 @@ def _place(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copyfile(src, dst)
-    os.chmod(dst, 0o444)
+    os.chmod(dst, 0o444 & ~umask())
 
 
 def materialize(plan: Plan, store, case_dir: Path, summary: dict = None) -> Path:
@@ -93,7 +97,7 @@ def materialize(plan: Plan, store, case_dir: Path, summary: dict = None) -> Path
         raise RuntimeError(f"{plan.case} is not verified yet ({', '.join(missing)} not cached)")
     case_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=case_dir.parent, prefix=f".{case_dir.name}."))
-    os.chmod(tmp, 0o755)
+    os.chmod(tmp, 0o777 & ~umask())  # as a plain mkdir would make it
     tensors, files = {}, {}
     for stage, folder in FOLDERS.items():
         for name, record in entries[stage].objects.items():
@@ -137,8 +141,8 @@ def materialize(plan: Plan, store, case_dir: Path, summary: dict = None) -> Path
         "files": files,
     }
     run_report = {"case": plan.case, "summary": summary, "validation": entries["validate"].meta,
-                  "kernel_us": Stats.of(entries["bench"]).kernel_us,
-                  "golden_us": Stats.of(entries["golden_bench"]).golden_us}
+                  "kernel_us": graph.load_timings(store, entries["bench"]).kernel_us,
+                  "golden_us": graph.load_timings(store, entries["golden_bench"]).golden_us}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))
     manifest["mtimes"] = {rel: os.stat(tmp / rel).st_mtime_ns for rel in records(manifest)}
     (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest)), indent=1, sort_keys=True))

@@ -3,8 +3,9 @@
 It writes the doit entry point (dodo.py), the kernel folder with an example case and, in its subpackage
 `untrusted`, the example's kernel (named by import path), and, for a kernel
 folder other than the project's, the [tool.golden-tasks] table naming it (appended to pyproject.toml,
-or a new one); it makes the other kernel folders a table already names. Every file is checked first:
-if one it would write exists, nothing is written.
+or a new one); it makes the other kernel folders a table already names; and it adds what the tool
+writes in the project (the cache, the runs dir, doit's state file) to .gitignore, the lines it lacks.
+Every file is checked first: if one it would write exists, nothing is written.
 """
 import dataclasses
 from pathlib import Path
@@ -68,6 +69,7 @@ class Scaffold:
     files: dict
     table: str = ""
     folders: tuple = ()
+    ignored: tuple = ()  # the .gitignore lines to add
 
 
 def scaffold(root: Path, kernels: str = None) -> Scaffold:
@@ -91,7 +93,19 @@ def scaffold(root: Path, kernels: str = None) -> Scaffold:
     if existing:
         raise InitRefused("init writes nothing over existing files: " + ", ".join(map(str, existing)))
     named = project.kernels if project.named else ()  # without a table, the default folder is not one to make
-    return Scaffold(files, table, tuple(f for f in named if f != folder and not f.is_dir()))
+    return Scaffold(files, table, tuple(f for f in named if f != folder and not f.is_dir()),
+                    _unignored(root, project))
+
+
+def _unignored(root: Path, project) -> tuple:
+    """The .gitignore lines for what the tool writes inside the project that .gitignore lacks: the cache
+    and the runs dir (the layout's, or cache/ and runs/) and doit's state (.doit.db*)."""
+    written = [folder for folder in (project.cache or root / "cache", project.runs or root / "runs")
+               if folder.is_relative_to(root)]
+    wanted = [f"/{folder.relative_to(root).as_posix()}/" for folder in written] + ["/.doit.db*"]
+    gitignore = root / ".gitignore"
+    present = set(gitignore.read_text().splitlines()) if gitignore.exists() else set()
+    return tuple(line for line in wanted if line not in present)
 
 
 def init(root: Path, kernels: str = None) -> list:
@@ -103,10 +117,16 @@ def init(root: Path, kernels: str = None) -> list:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     written = list(plan.files)
+    if plan.ignored:
+        written.append(_append(Path(root).resolve() / ".gitignore", "\n".join(plan.ignored) + "\n"))
     if plan.table:
-        pyproject = Path(root).resolve() / "pyproject.toml"
-        old = pyproject.read_text() if pyproject.exists() else ""
-        separator = "\n" if old and not old.endswith("\n") else ""
-        pyproject.write_text(old + separator + (plan.table if old else plan.table.lstrip()))
-        written.append(pyproject)
+        written.append(_append(Path(root).resolve() / "pyproject.toml", plan.table))
     return written
+
+
+def _append(path: Path, text: str) -> Path:
+    """Append `text` (which starts with a blank line or not) to the file at `path`, made if missing."""
+    old = path.read_text() if path.exists() else ""
+    separator = "\n" if old and not old.endswith("\n") else ""
+    path.write_text(old + separator + (text if old else text.lstrip()))
+    return path

@@ -11,6 +11,7 @@ import math
 import torch
 
 from .errors import SpecError
+from .origin import described
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +193,10 @@ class TensorSpec(_Stampable):
             return init.detach().to(self.dtype).clone()
         if any(init is f for f in TENSOR_FACTORIES):
             return init(self.shape, dtype=self.dtype)
-        value = torch.as_tensor(init()).to(self.dtype)
+        try:
+            value = torch.as_tensor(init()).to(self.dtype)
+        except Exception as exc:  # noqa: BLE001 -- the user's init: named, with its message and line
+            raise SpecError(f"spec {self.name!r}: its init_value raised {described(exc)}") from None
         if tuple(value.shape) != self.shape:
             raise SpecError(f"spec {self.name!r}: init_value callable returned shape "
                             f"{tuple(value.shape)}, spec shape is {self.shape}")

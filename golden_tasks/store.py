@@ -6,6 +6,7 @@ Layout under the root:
     locks/<stage>/<k[:2]>/<key>.lock          held while a process computes that entry
     plans/<checkout>/<profile>/<module>.json  planned cases of one kernel module of one checkout
     log/runs.jsonl                            hit/miss counts of each run
+    log/used/<digest>.txt                     the entries a run used; its mtime: their last use
 
 Every file appears by atomic rename of a fully written, fsynced temporary file,
 and an entry is written only after all of its objects, so an interrupted run
@@ -27,6 +28,7 @@ callers), and whoever waited for it finds the entry made while it waited.
 A read-only store never writes under its root: what the run computes goes to
 an overlay store (a scratch directory) that is read after the root.
 """
+import functools
 import json
 import os
 import shutil
@@ -58,9 +60,10 @@ class Entry:
     """One cached stage output.
 
     `digest` covers every object and `meta`, the deterministic part that
-    downstream keys read; `stats` (timings), `recipe` (what went into the key)
-    and `seen` (each object's mtime when recorded) are informational and kept
-    out of it, so that a re-run producing the same outputs keeps its digest.
+    downstream keys read; `stats` (timings), `recipe` (the digest of the object
+    that holds what went into the key: Store.recipe) and `seen` (each object's
+    mtime when recorded) are informational and kept out of it, so that a re-run
+    producing the same outputs keeps its digest.
     """
     stage: str
     key: str
@@ -69,7 +72,7 @@ class Entry:
     objects: dict
     meta: dict
     stats: dict
-    recipe: dict = field(default_factory=dict)
+    recipe: str = None
     seen: dict = field(default_factory=dict)
 
     def intact(self) -> bool:
@@ -77,18 +80,37 @@ class Entry:
         return digest_json({"objects": self.objects, "meta": self.meta}) == self.digest
 
 
+_DAMAGED = object()  # Store._read: an entry file whose content no longer matches its digest
+
+
 def warn(message: str) -> None:
     sys.stderr.write(f"golden-tasks: warning: {message}\n")
 
 
+@functools.cache
+def umask() -> int:
+    """This process's umask: read from /proc, where the kernel shows it, else by setting it and back
+    (which, for an instant, leaves other threads' new files unmasked)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
 def atomic_write(path: Path, write) -> None:
-    """Write `path` through a temporary file and a rename; nothing partial ever appears."""
+    """Write `path` through a temporary file and a rename; nothing partial ever appears. The file gets the
+    mode a plain open() would give it (0666 less the umask: a team sharing a cache reads each other's
+    files), not the temporary file's 0600."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
         raise CacheWriteError(_cannot_write(path, exc)) from exc
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -122,16 +144,25 @@ def object_problem(path: Path, record: dict) -> str:
 class Store:
     def __init__(self, root, readonly: bool = False, overlay=None):
         self.root = Path(root)
+        self._root = str(self.root)  # lookups build paths as strings: a Path per lookup costs more than the stat
         self.readonly = readonly
         self.overlay = Store(overlay) if readonly else None
         self._bad = set()  # read-only: corrupt entries left on disk, not to be reported again
+        self.dropped = set()  # (stage, key) of the entries this process dropped as corrupt
+        self._read_before = {}  # entry file -> (its stat signature, its intact Entry): see get
+
+    def __getstate__(self):  # what this process read stays here: a child reads for itself
+        return {**self.__dict__, "_read_before": {}}
 
     # -- objects --------------------------------------------------------------
 
     def object_path(self, digest: str) -> Path:
-        path = self.root / "objects" / digest[:2] / digest
-        if self.overlay is not None and not path.exists():
-            return self.overlay.object_path(digest)
+        return Path(self._object_file(digest))
+
+    def _object_file(self, digest: str) -> str:
+        path = f"{self._root}/objects/{digest[:2]}/{digest}"
+        if self.overlay is not None and not os.path.exists(path):
+            return self.overlay._object_file(digest)
         return path
 
     def put_buffer(self, buf) -> dict:
@@ -157,7 +188,10 @@ class Store:
     # -- entries --------------------------------------------------------------
 
     def entry_path(self, stage: str, key: str) -> Path:
-        return self.root / "entries" / stage / key[:2] / f"{key}.json"
+        return Path(self._entry_file(stage, key))
+
+    def _entry_file(self, stage: str, key: str) -> str:
+        return f"{self._root}/entries/{stage}/{key[:2]}/{key}.json"
 
     def get(self, stage: str, key: str):
         """The valid entry for (stage, key), or None.
@@ -166,17 +200,21 @@ class Store:
         is reported, and dropped unless it lies in a read-only root. A read-only
         store finds entries in its root, then in its overlay, and their objects
         in either.
+
+        An entry file is parsed and its digest checked once per process while a
+        stat of it (inode, size, mtime) is unchanged: entries are replaced only by
+        rename, so any new content is a new stat. Its objects are stat'ed on every
+        call. Nothing is written: use is recorded once per run (record_use).
         """
         entry = None if (stage, key) in self._bad else self._read(stage, key)
         if entry is None and self.overlay is not None:
             entry = self.overlay._read(stage, key)
         if entry is None:
             return None
-        if not entry.intact():
-            self.drop(CorruptObject(entry, None, "does not match its digest (edited?)"))
+        if entry is _DAMAGED:
             return None
         for name, record in entry.objects.items():
-            path = self.object_path(record["digest"])
+            path = self._object_file(record["digest"])
             try:
                 st = os.stat(path)
                 unchanged = st.st_size == record["nbytes"] and st.st_mtime_ns == entry.seen.get(record["digest"])
@@ -186,22 +224,30 @@ class Store:
             if problem:
                 self.drop(CorruptObject(entry, name, problem))
                 return None
-        if not self.readonly:  # last use, for gc's least-recently-used order
-            try:
-                os.utime(self.entry_path(stage, key))
-            except OSError:
-                pass
         return entry
 
     def _read(self, stage, key):
+        """The entry under (stage, key) here: None when there is none, _DAMAGED when it was edited (dropped)."""
+        path = self._entry_file(stage, key)
         try:
-            return Entry(**json.loads(self.entry_path(stage, key).read_text()))
+            st = os.stat(path)
+            signature = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if (before := self._read_before.get(path)) and before[0] == signature:
+                return before[1]
+            with open(path, "rb") as f:
+                entry = Entry(**json.loads(f.read()))
         except (OSError, ValueError, TypeError):
             return None
+        if not entry.intact():
+            self.drop(CorruptObject(entry, None, "does not match its digest (edited?)"))
+            return _DAMAGED
+        self._read_before[path] = (signature, entry)
+        return entry
 
     def drop(self, corruption: CorruptObject) -> None:
         """Forget a corrupt entry (and its bad objects) so that its stage is recomputed."""
         entry = corruption.entry
+        self.dropped.add((entry.stage, entry.key))
         owner = self.overlay if self.readonly else self
         if not owner.entry_path(entry.stage, entry.key).exists() and self.readonly:  # the read-only root's
             self._bad.add((entry.stage, entry.key))
@@ -219,12 +265,26 @@ class Store:
         """Record a stage output whose objects are already stored."""
         digest = digest_json({"objects": objects, "meta": meta})
         seen = {r["digest"]: os.stat(self.object_path(r["digest"])).st_mtime_ns for r in objects.values()}
+        # the recipe (a kilobyte or more) is read only by `golden-tasks explain`: an object of its own
+        made = recipe and self.put_buffer(json.dumps(recipe, sort_keys=True).encode())["digest"]
         entry = Entry(stage=stage, key=key, case=case, digest=digest, objects=objects, meta=meta, stats=stats,
-                      recipe=recipe or {}, seen=seen)
+                      recipe=made, seen=seen)
         target = self.overlay if self.readonly else self
         text = json.dumps(entry.__dict__, sort_keys=True, indent=1).encode()
         atomic_write(target.entry_path(stage, key), lambda f: f.write(text))
         return entry
+
+    def recipe(self, entry: Entry):
+        """What went into the entry's key (graph.recipe, with the fingerprints' parts), or None when its
+        object is gone or damaged."""
+        if not entry.recipe:
+            return None
+        path = self.object_path(entry.recipe)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        return json.loads(data) if digest_bytes(data) == entry.recipe else None
 
     def computing(self, stage: str, key: str):
         """A FileLock to hold while computing (stage, key): look the entry up again once it is held."""
@@ -256,6 +316,37 @@ class Store:
     def write_json(self, relative: str, data) -> None:
         text = json.dumps(data, sort_keys=True, indent=1).encode()
         atomic_write(((self.overlay if self.readonly else self).root / relative), lambda f: f.write(text))
+
+    def record_use(self, used) -> None:
+        """Note that a run used the entries `used` ((stage, key) pairs), for gc's least-recently-used
+        order (last_used): one file per distinct set under log/used/, its mtime the set's last use, so
+        that a run that uses the same entries again touches one file (lookups write nothing)."""
+        if self.readonly or not used:
+            return
+        text = "".join(f"{stage}/{key}\n" for stage, key in sorted(used)).encode()
+        path = self.root / "log" / "used" / f"{digest_bytes(text)}.txt"
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            try:
+                atomic_write(path, lambda f: f.write(text))
+            except CacheWriteError as exc:
+                warn(f"could not record this run's use of the cache: {exc}")
+        except OSError as exc:
+            warn(f"could not record this run's use of the cache: {exc}")
+
+    def last_used(self) -> dict:
+        """(stage, key) -> the last time a run recorded using it (record_use), over every record."""
+        last = {}
+        for path in (self.root / "log" / "used").glob("*.txt"):
+            try:
+                when, lines = path.stat().st_mtime, path.read_text().split()
+            except OSError:
+                continue
+            for line in lines:
+                stage, _, key = line.partition("/")
+                last[stage, key] = max(when, last.get((stage, key), 0.0))
+        return last
 
     def log_run(self, counts: dict) -> None:
         """Append one run's hit/miss counts to log/runs.jsonl (not in read-only mode)."""

@@ -13,14 +13,19 @@ import shlex
 import subprocess
 import sys
 
-from . import sandbox
+from . import config, sandbox
 from .hashing import digest_bytes
 
 
 def compiler() -> tuple:
     """The C++ compiler command @cpp runs and AOTInductor uses: $CXX (a command line, such as
     `ccache g++`), else c++. Read on every call: a process may change its environment."""
-    return tuple(shlex.split(os.environ.get("CXX", "c++")))
+    return _words(os.environ.get("CXX", "c++"))
+
+
+@functools.cache
+def _words(command: str) -> tuple:
+    return tuple(shlex.split(command))
 
 
 def visible_gpus() -> str:
@@ -58,16 +63,23 @@ def _gpus(visible: str) -> str:
 
 def toolchain() -> dict:
     """The toolchain components that enter every stage key. Read from the environment on every call
-    (a process that changes $CXX must not key with the compiler it had before), cached per value."""
+    (a process that changes $CXX must not key with the compiler it had before), cached per value:
+    the same values give the same dict object (graph keys its memo of keys by it)."""
+    environ = os.environ
+    return _toolchain_of(environ.get("CXX"), environ.get("CUDA_VISIBLE_DEVICES"), environ.get(config.SANDBOX_ENV))
+
+
+@functools.cache
+def _toolchain_of(*variables) -> dict:
+    """toolchain() for these values of its environment variables (what it reads of them is read here)."""
     return _toolchain(compiler(), visible_gpus(), confinement())
 
 
 def confinement() -> str:
     """How kernels run here: "confined", "off" (sandbox=off), or why this machine cannot confine them.
     A verdict made unconfined is never one a confined run reuses."""
-    from . import config  # noqa: PLC0415 -- config imports the store, which imports this module
-
-    return "off" if config.sandbox() == "off" else sandbox.support() or "confined"
+    mode = config.sandbox()
+    return "off" if mode == "off" else sandbox.support() or "confined"  # support(): cached, once a process
 
 
 @functools.cache

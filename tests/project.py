@@ -120,10 +120,15 @@ def base_install(path: Path) -> Path:
     return python
 
 
+def recipe(cache: Path, entry: dict) -> dict:
+    """What went into an entry's key: the object its "recipe" names."""
+    return json.loads((cache / "objects" / entry["recipe"][:2] / entry["recipe"]).read_text())
+
+
 def recipe_differences(cache: Path, stage: str, case: str) -> str:
     """What differs between the recipes (what enters the key) of `case`'s `stage` entries in `cache`:
     why a stage that should have been a hit was computed again under another key."""
-    recipes = [e["recipe"] for e in map(json.loads, map(Path.read_text, sorted(cache.glob(f"entries/{stage}/*/*.json"))))
+    recipes = [recipe(cache, e) for e in map(json.loads, map(Path.read_text, sorted(cache.glob(f"entries/{stage}/*/*.json"))))
                if e["case"] == case]
 
     def flat(value, prefix=""):

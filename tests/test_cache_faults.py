@@ -105,7 +105,7 @@ def test_sigkill_at_any_moment_leaves_the_cache_consistent(tmp_path):
 
 def test_sigkill_during_compile_redoes_only_what_was_unfinished(tmp_path):
     proj = Project(tmp_path / "p", ("rms_norm",))
-    # where the compile stage makes its work directory (a short path: isolate.short_temp)
+    # where the compile stage makes its work directory (a short path: reaper.make_temp)
     scratch = Path(tempfile.mkdtemp(prefix="gt-scratch-", dir="/tmp"))
     proc = subprocess.Popen(proj.command("verify:rms_norm"), cwd=proj.path, env={**proj.env, "TMPDIR": str(scratch)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -64,6 +64,10 @@ def test_gc_by_age_and_by_size(project):
     for path in (project.cache / "entries" / "bench").glob("*/*.json"):
         os.utime(path, (old, old))
     project.cli("gc", "--older-than", "5")
+    assert project.entries("bench")  # made long ago, but a run used them now (log/used)
+    for path in (project.cache / "log" / "used").glob("*"):
+        os.utime(path, (old, old))
+    project.cli("gc", "--older-than", "5")
     assert project.entries("bench") == [] and project.entries("golden")
     project.cli("gc", "--max-size", "0")
     assert project.entries() == [] and not [p for p in (project.cache / "objects").glob("*/*")]

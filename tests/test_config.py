@@ -1,5 +1,7 @@
 """Configuration read from the environment and the doit command line; the summary table."""
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -95,8 +97,51 @@ def test_summary_table_layout():
     assert failed_logged == "l: FAIL at validate: 3 of 4 mismatched  (all messages: /elsewhere/l.log)"
     assert per_rank == "r: per rank, median us: 0: 9.5, 1: 10.0; LOAD IMBALANCE: rank 1 was the slowest"
     assert header.split() == ["case", "status", "abi", "compile", "inputs", "golden", "dispatch", "validate",
-                              "inputs2", "golden2", "bench", "golden_bench", "max", "err", "kernel", "us", "golden",
-                              "us", "speedup"]
+                              "inputs2", "golden2", "bench", "golden_bench", "max", "err", "kernel", "median", "us",
+                              "golden", "median", "us", "speedup"]
     assert set(rule.replace(" ", "")) == {"-"}
     assert line.split() == ["c", "FAIL", "cached", "ran", "cached", "cached", "ran", "FAILED", "cached", "cached", "-",
                             "ran", "-", "10.0", "25.0", "2.50x"]
+
+
+def test_a_skipped_case_is_not_a_failure_and_the_last_line_counts_every_status():
+    rows = [{"status": s} for s in ("PASS", "SKIPPED", "PASS")]
+    assert report.passed(rows) and report.counts(rows) == {"SKIPPED": 1, "PASS": 2}
+    assert report.outcome_line(rows) == "3 cases: 1 SKIPPED, 2 PASS"
+    failed = rows + [{"status": "INCOMPLETE"}, {"status": "FAIL"}]
+    assert not report.passed(failed) and report.outcome_line(failed) == "5 cases: 1 FAIL, 1 INCOMPLETE, 1 SKIPPED, 2 PASS"
+    assert report.outcome_line([{"status": "SKIPPED"}] * 2) == \
+        "all 2 selected cases SKIPPED: nothing was verified on this machine (the reasons are above)"
+
+
+def test_torchs_cuda_home_notice_is_not_shown_in_the_processes_that_load_it():
+    """A CUDA build of torch on a machine without a GPU logs "No CUDA runtime is found" as cpp_extension loads;
+    the forkserver (which loads it) and the planning process quiet that logger first. Here its message is
+    logged as torch would, after the quieting, and nothing shows; an error of it still would."""
+    code = ("import logging, sys; from golden_tasks import config; config.quiet_third_party_logs(); "
+            "log = logging.getLogger('torch.utils.cpp_extension'); "
+            "log.warning(\"No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'\"); log.error('a real error')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stderr == "a real error\n"
+
+
+def test_the_exit_status_follows_doits_meanings_whatever_doit_returned():
+    """doit returns 2 for a dependency cascade under --continue (UnmetDependency is one of its errors): a run
+    whose only failures are cases' verdicts and the tasks they kept from running exits 1; an error of
+    another kind (an up-to-date check that raised, say) exits 2; skips are not failures."""
+    import io
+
+    from doit.exceptions import TaskError, TaskFailed, UnmetDependency
+
+    from golden_tasks.doit_tasks import SummaryReporter
+
+    reporter = SummaryReporter(io.StringIO(), {})
+    skipped_and_passed = [{"status": "PASS"}, {"status": "SKIPPED"}]
+    assert reporter.exit_status(skipped_and_passed) == 0
+    reporter.failures = [{"task": None, "exception": TaskFailed("validation FAILED")},
+                         {"task": None, "exception": UnmetDependency("bench:c")}]
+    assert reporter.exit_status([{"status": "FAIL"}, *skipped_and_passed]) == 1
+    reporter.failures.append({"task": None, "exception": TaskError("checking dependencies raised")})
+    assert reporter.exit_status([{"status": "FAIL"}]) == 2
+    reporter.failures, reporter.runtime_errors = [], ["a cyclic dependency"]
+    assert reporter.exit_status(skipped_and_passed) == 2

@@ -3,7 +3,9 @@ element, sizes that are not multiples of the SIMD width, of gemm's register tile
 blocks. Each output is held to the rounding-error bound of the kernel's fp32 arithmetic
 (u = 2^-24) against the JIT module's golden, evaluated in float64."""
 import json
+import re
 import shutil
+from xml.etree import ElementTree
 
 import pytest
 import torch
@@ -98,7 +100,13 @@ def test_the_cpp_cases_verify_with_doit_and_cuda_is_skipped_not_passed(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((proj.path / "runs" / "report.json").read_text())
     rows = {r["case"]: r for r in summary["cases"]}
-    assert [rows[c]["status"] for c in cases] == ["PASS", "PASS", "PASS", "SKIPPED"] and not summary["passed"]
+    # a skip is not a failure (pytest's rule): the run passed, and every report counts the skip
+    assert [rows[c]["status"] for c in cases] == ["PASS", "PASS", "PASS", "SKIPPED"] and summary["passed"]
+    assert summary["counts"] == {"SKIPPED": 1, "PASS": 3} and proc.stdout.splitlines()[-1] == "4 cases: 1 SKIPPED, 3 PASS"
     assert rows["rms_norm_cuda"]["stages"]["compile"] == "ran" and rows["rms_norm_cuda"]["kernel_us"] is None
+    assert [rows["rms_norm_cuda"]["stages"][s] for s in ("dispatch", "validate", "bench")] == ["skipped"] * 3
+    assert re.search(r"^rms_norm_cuda +SKIPPED( +\S+){4} +skipped +skipped ", proc.stdout, re.M)
+    junit = ElementTree.parse(proj.path / "runs" / "report.xml").getroot()
+    assert (junit.get("failures"), junit.get("errors"), junit.get("skipped")) == ("0", "0", "1")
     assert rows["rms_norm_cuda"]["skipped"].startswith("a CUDA kernel and no CUDA device here")
     assert "rms_norm_cuda: SKIPPED: a CUDA kernel and no CUDA device here" in proc.stdout

@@ -1,9 +1,11 @@
 """Planning the library in a subprocess, and reusing plans while sources are unchanged."""
+import os
 import textwrap
+import time
 
 import pytest
 
-from golden_tasks import discover
+from golden_tasks import discover, observe
 from golden_tasks.layout import layout
 from golden_tasks.store import Store
 
@@ -70,8 +72,9 @@ def test_import_failure_is_an_error_plan_for_that_module_only(root):
     (root / "kernels" / "bad.py").write_text("import torch\n\nraise ValueError('boom')\n")
     result = plans(root)
     assert result["k"].error is None
-    assert result["bad"].error == ("kernels/bad.py failed to import: ValueError: boom "
-                                      f"(at {root / 'kernels' / 'bad.py'}:3)")
+    first, *traceback = result["bad"].error.splitlines()  # the reason line, then the traceback for the log
+    assert first == "kernels/bad.py failed to import: ValueError: boom (at kernels/bad.py:3)"
+    assert traceback[0] == "Traceback (most recent call last):" and traceback[-1] == "ValueError: boom"
 
 
 def test_a_failed_module_is_planned_again_once_edited_and_not_before(root, monkeypatch):
@@ -177,3 +180,33 @@ def test_bad_case_errors_stay_per_case(root):
     result = plans(root)
     assert result["two"].error is None
     assert result["two_dup"].error == "SpecError: case 'two_dup': duplicate spec names x"
+
+
+def test_freshness_reads_a_file_only_when_its_stat_changed_or_is_racy(root, monkeypatch):
+    """Like git's index: an observed file is stat'ed, and read only when its stat differs from the one
+    recorded, or when it was modified within RACY_NS of the record (a change then may not show in it)."""
+    table = root / "kernels" / "scale.txt"
+    table.write_text("2.0")
+    (root / "kernels" / "k.py").write_text("from pathlib import Path\nSCALE = float((Path(__file__).parent / "
+                                           "'scale.txt').read_text())\n" + textwrap.dedent(MODULE).replace(
+                                               "scale(x)", "x * SCALE"))
+    long_ago = time.time_ns() - 10 * observe.RACY_NS
+    for path in root.rglob("*"):
+        os.utime(path, ns=(long_ago, long_ago))
+    first = plans(root)["k"]
+    read = []
+    monkeypatch.setitem(observe._CONTENT, "files", lambda path: read.append(path) or observe._file_state(path))
+    with monkeypatch.context() as m:
+        forbid_subprocess(m)
+        assert plans(root)["k"] == first and read == []  # every stat as recorded: nothing read
+        os.utime(table)  # touched, the same content
+        assert plans(root)["k"] == first and read == [str(table)]
+
+    soon = time.time_ns() + 30 * observe.RACY_NS  # a clock ahead, or a coarse one: the record is taken before it
+    os.utime(table, ns=(soon, soon))
+    with open(root / "kernels" / "k.py", "a") as f:
+        f.write("# the module is planned again, recording the table's stat now\n")
+    racy = plans(root)["k"]
+    table.write_text("3.0")  # the same size and inode; its mtime put back: only the content tells
+    os.utime(table, ns=(soon, soon))
+    assert plans(root)["k"].kernel != racy.kernel

@@ -69,7 +69,10 @@ MUTANTS = {
 def project(tmp_path_factory):
     proj = Project(tmp_path_factory.mktemp("mutants"), MODULES)
     code, results, _, err = proj.doit("verify:decode_swa", "verify:decode_hca", "verify:decode_csa", "backend=eager")
-    assert code == 0, err
+    failed = {task: result for task, result in results.items() if result not in ("success", "up-to-date")}
+    assert code == 0, (failed, [(proj.path / "runs" / f"{task.partition(':')[2]}.log").read_text()
+                                for task in failed if (proj.path / "runs" / f"{task.partition(':')[2]}.log").exists()],
+                       err)
     return proj
 
 

@@ -5,6 +5,8 @@ in tests/test_dsv4.py), then edits to a copy of kernels/rms_norm.py, asserting f
 stages ran and which were reused ("up-to-date").
 """
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -131,6 +133,11 @@ def test_a_module_that_fails_to_import_fails_only_its_case(fresh):
     assert "kernels/broken_import.py failed to import: RuntimeError: no luck" in failure["error"]
     others = {n: r for n, r in results.items() if "broken_import" not in n and not n.startswith("verify")}
     assert set(others.values()) == {"up-to-date"}
+    # nothing it read changed: the next run reuses its failed plan instead of importing it again
+    (manifest,) = fresh.cache.glob("plans/*/*/kernels.broken_import.json")
+    planned = manifest.stat().st_mtime_ns
+    code, results, _, _ = fresh.doit("--continue", "verify")
+    assert code != 0 and results["plan:broken_import"] == "fail" and manifest.stat().st_mtime_ns == planned
 
 
 def test_abi_mismatch_fails_before_compile(fresh):
@@ -171,6 +178,49 @@ def test_doit_parent_never_imports_torch_or_kernels(fresh):
     assert proc.returncode == 0, proc.stderr
     checked, heavy = proc.stdout.split(" ", 1)
     assert int(checked) >= 7 * 11 and heavy.strip() == "[]"
+
+
+def _files(root):
+    """path -> (size, mtime) of every file under root."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def _verdicts(path):
+    """The rows of a run record, without what changes from run to run (the stages' states)."""
+    return [{k: v for k, v in row.items() if k != "stages"} for row in json.loads(path.read_text())["cases"]]
+
+
+def test_a_no_op_run_writes_nothing_to_the_cache_and_opens_no_samples(fresh):
+    """A no-op run still writes its reports, from the entries' summaries and the figures drawn before: it
+    opens no object of round times (each replaced here by bytes of its size and mtime, which a reader would
+    find corrupt) and draws nothing, and the cache is as it was, but for the record of its use (log/)."""
+    html = {"GOLDEN_TASKS_HTML": "1"}
+    for _ in range(2):  # the figures, drawn once; then a no-op run's files
+        assert fresh.console("verify", env=html).returncode == 0
+    runs = fresh.path / "runs"
+    before_page, before_rows = (runs / "report.html").read_text(), _verdicts(runs / "report.json")
+    samples = {}
+    for entry in fresh.entries():
+        if record := entry["objects"].get("samples.json"):
+            path = fresh.cache / "objects" / record["digest"][:2] / record["digest"]
+            samples[path] = (path.read_bytes(), path.stat().st_mtime_ns)
+    assert len(samples) >= 2 * 7  # bench and golden_bench of every case
+    try:
+        for path, (data, mtime) in samples.items():
+            path.write_bytes(b"x" * len(data))
+            os.utime(path, ns=(mtime, mtime))
+        cache = {p: s for p, s in _files(fresh.cache).items() if "log" not in p.relative_to(fresh.cache).parts}
+        done = fresh.console("verify", env=html)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert {p: s for p, s in _files(fresh.cache).items() if "log" not in p.relative_to(fresh.cache).parts} == cache
+        assert _verdicts(runs / "report.json") == before_rows
+        page = (runs / "report.html").read_text()
+        assert "cannot draw" not in page and re.sub(r'<p class="when">[^<]*</p>', "", page) == re.sub(
+            r'<p class="when">[^<]*</p>', "", before_page)
+    finally:
+        for path, (data, mtime) in samples.items():
+            path.write_bytes(data)
+            os.utime(path, ns=(mtime, mtime))
 
 
 def test_inputs_are_bitwise_identical_in_another_process_and_cache(fresh, tmp_path):

@@ -1,5 +1,6 @@
 """Keys: what enters them, and resolution through upstream entries."""
 import dataclasses
+import json
 
 from golden_tasks import graph
 from golden_tasks.outputs import AbiMeta, Outputs
@@ -123,3 +124,18 @@ def test_a_replaced_entry_is_read_again(tmp_path):
     assert store.get("abi", first.key).digest == first.digest
     other = Store(tmp_path).commit("abi", first.key, "c", {}, {"table": [2]}, {})
     assert store.get("abi", first.key).digest == other.digest != first.digest
+
+
+def test_round_times_live_in_a_samples_object_beside_the_summary(tmp_path):
+    from golden_tasks.outputs import SAMPLES_FILE, Stats
+    from golden_tasks.stages import summary
+
+    store = Store(tmp_path)
+    timing = summary([10.0, 11.0, 10.5, 40.0, 10.2], "rounds", 1)
+    ranked = {**timing, "ranks": [summary([1.0, 2.0], "rounds", 1), summary([3.0, 4.0], "rounds", 1)]}
+    objects, _, stats = graph._stored(store, Outputs(stats=Stats(kernel_us=ranked, golden_us=timing)), 0.5)
+    assert "times" not in json.dumps(stats) and stats["kernel_us"]["outliers"] == 1
+    assert stats["kernel_us"]["ranks"][1]["median"] == 3.5 and SAMPLES_FILE in objects
+    entry = store.commit("bench", "k", "c", objects, {}, stats)
+    joined = graph.load_timings(store, entry)
+    assert joined.kernel_us == ranked and joined.golden_us == timing and joined.seconds == 0.5

@@ -11,6 +11,7 @@ import pytest
 import torch
 from project import Project
 
+from golden_tasks import html_report as html_report_module
 from golden_tasks.html_report import (
     RATIO_FLOOR,
     grid_shape,
@@ -146,9 +147,10 @@ def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_pat
     for case in (ok, bad, dirty):
         assert [p["data-output"] for p in case["plots"] if p["data-kind"] == "error-histogram"] == ["out"]
         assert all(w > 200 and h > 100 for w, h in drawn(case, "error-histogram"))
-    # the rounds are drawn when the record has them (a case that reached its bench), else a reason says so
-    timed = {r["case"]: bool((r.get("kernel_timing") or {}).get("times"))
+    # the rounds are drawn from the store for a case that reached its bench, else a reason says so
+    timed = {r["case"]: bool(r.get("kernel_timing"))
              for r in json.loads((proj.path / "runs" / "report.json").read_text())["cases"]}
+    assert timed["tiles_ok"] and re.search(r"kernel benchmark: \d+ rounds, \d+ outliers", text)
     assert not timed["tiles_tail_bug"] and not timed["tiles_dirty_tail"]
     for name, case in dom.cases.items():
         assert [p["tag"] for p in case["plots"] if p["data-kind"] == "bench-rounds"] == [
@@ -189,17 +191,17 @@ RECORD = {
          "warnings": ["output 'o': its golden is constant (0.0)"], "kernel_us": 10.0, "golden_us": 20.0,
          "speedup": 2.0, "speedup_err": 0.1,
          "kernel_timing": {"min": 9.0, "median": 10.0, "mean": 10.5, "max": 40.0, "std": 3.0, "iqr": 1.0,
-                           "rse": 0.01, "outliers": [40.0], "rounds": 30, "warmup": 2, "stopped": "noise",
-                           "times": [10.0 + (i % 3) * 0.5 for i in range(29)] + [40.0]},
+                           "rse": 0.01, "outliers": 1, "rounds": 30, "warmup": 2, "stopped": "noise",
+                           "samples": "3" * 32},
          "golden_timing": None, "rank_us": None, "imbalance": None,
-         "keys": {"golden": "0" * 32, "dispatch": "1" * 32}},
+         "keys": {"golden": "0" * 32, "dispatch": "1" * 32, "bench": "2" * 32}},
         {"case": "broken", "status": "FAIL", "stages": {}, "errors": {"plan": "SpecError: bad spec\nmore"},
-         "kernel_timing": {"median": "not a number", "times": "not a list"}},
+         "kernel_timing": {"median": "not a number", "outliers": "not a count"}},
     ],
 }
 
 
-def test_a_record_without_entries_draws_its_rounds_and_says_why_it_has_no_outputs(tmp_path):
+def test_a_record_without_entries_says_why_it_has_no_figures(tmp_path):
     proj = Project(tmp_path / "p", ())
     (proj.path / "runs").mkdir()
     (proj.path / "runs" / "report.json").write_text(json.dumps(RECORD))
@@ -208,9 +210,10 @@ def test_a_record_without_entries_draws_its_rounds_and_says_why_it_has_no_output
     text = (proj.path / "runs" / "report.html").read_text()
     cases = Sections(text).cases
     gone, broken = cases["gone"]["plots"], cases["broken"]["plots"]
-    assert [(p["tag"], p["data-kind"]) for p in gone] == [("p", "outputs"), ("figure", "bench-rounds")]
+    assert [(p["tag"], p["data-kind"]) for p in gone] == [("p", "outputs"), ("p", "bench-rounds")]
     assert f"its golden entry {'0' * 16} is no longer in the cache" in text
-    assert "kernel benchmark: 30 rounds, 1 outliers" in text
+    assert f"its bench entry {'2' * 16} is no longer in the cache" in text
+    assert "the record names no bench entry, which holds the rounds" in text
     assert "2x ± 0.1" in text and "output &#x27;o&#x27;: its golden is constant (0.0)" in text
     assert [(p["tag"], p["data-kind"]) for p in broken] == [("p", "outputs"), ("p", "bench-rounds")]
     assert "outputs: case &#x27;broken&#x27; is no longer in the kernel library" in text
@@ -280,3 +283,24 @@ def test_the_error_histogram_counts_each_judged_element_once_against_its_bound()
     assert hist.edges[0] == pytest.approx(RATIO_FLOOR) and hist.edges[6] == 1.0 and hist.edges[-1] == 10.0
     assert hist.counts[0] == 2  # the exact match and 1e-9 lie at or below the floor
     assert hist.counts[5:] == [2, 1]  # 0.5 and exactly 1.0 left of the pass line, 3.0 right of it
+
+
+@pytest.mark.parametrize("statuses, passed, verdict", [
+    (("PASS", "SKIPPED"), True, "PASSED (1 of 2 cases SKIPPED)"),
+    (("SKIPPED", "SKIPPED"), True, "ALL 2 SKIPPED (nothing verified)"),
+    (("PASS", "PASS"), True, "PASSED"),
+    (("FAIL", "SKIPPED", "PASS"), False, "FAILED (1 of 3 cases)"),
+])
+def test_the_verdict_counts_a_skip_as_no_failure(statuses, passed, verdict):
+    record = {"passed": passed, "cases": [{"case": f"c{i}", "status": s} for i, s in enumerate(statuses)]}
+    page = html_report_module.render(record, lambda row: [])
+    assert f"<title>golden-tasks run: {verdict}</title>" in page
+
+
+def test_one_slow_round_does_not_flatten_the_rounds_plot():
+    times = [10.0 + 0.01 * (i % 7) for i in range(60)] + [500.0]
+    timing = {"times": times, "outliers": [500.0], "median": 10.03}
+    low, high = html_report_module.rounds_range(timing)
+    assert 9.9 < low < 10.0 and 10.06 < high < 10.1  # the regular rounds fill the axis
+    svg = html_report_module.draw_rounds(timing)
+    assert "outlier above the scale (slowest 500 us)" in svg

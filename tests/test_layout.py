@@ -103,10 +103,22 @@ def test_init_writes_a_project_that_verifies_and_then_refuses_to_overwrite_it(tm
     assert made.returncode == 0, made.stderr
     assert made.stdout.splitlines()[0] == ("wrote dodo.py, src/mykernels/example.py, src/mykernels/untrusted/__init__.py, "
                                            "src/mykernels/untrusted/scale_add.py, src/mykernels/__init__.py, "
-                                           "pyproject.toml")
+                                           ".gitignore, pyproject.toml")
+    assert (root / ".gitignore").read_text() == "/cache/\n/runs/\n/.doit.db*\n"
     assert layout.__wrapped__(root).kernels == (root / "src/mykernels",)
-    verified = doit(root, "verify", "backend=eager")
+    verified = subprocess.run([sys.executable, "-m", "doit", "verify", "backend=eager"], cwd=root, capture_output=True,
+                              text=True, env={**{k: v for k, v in os.environ.items() if not k.startswith("GOLDEN_TASKS_")},
+                                              "PYTHONWARNINGS": "ignore", "GOLDEN_TASKS_HTML": "0"},
+                              preexec_fn=lambda: os.umask(0o022), timeout=600)
     assert verified.returncode == 0 and re.search(r"^scale_add +PASS ", verified.stdout, re.M), verified.stdout
+    # what it wrote is as readable as the umask allows (a team shares a cache), not the temporary files' 0600
+    written = [p for p in [*(root / "cache").rglob("*"), *(root / "runs").rglob("*")] if p.is_file()]
+    assert written and {oct(p.stat().st_mode & 0o044) for p in written} == {oct(0o044)}
+    # git ignores every file the tool wrote
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    shown = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all"],
+                           capture_output=True, text=True, check=True).stdout
+    assert not [line for line in shown.splitlines() if "cache/" in line or "runs/" in line or ".doit.db" in line], shown
     report = json.loads((root / "runs" / "report.json").read_text())
     assert report["cases"][0]["golden_protected"] is True  # the kernel is named by import path
     (root / "src/mykernels/example.py").write_text("# mine now\n")

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from project import Project
+from project import Project, recipe
 
 from golden_tasks import cli, config, discover, replay, runtime
 from golden_tasks.store import Store
@@ -115,7 +115,7 @@ def test_the_doit_variable_reaches_planning_and_stages(tmp_path):
     code, results, _, err = proj.doit("abi:p", "profile=flash", env={config.PROFILE_ENV: "nope"})
     assert code == 0 and results["abi:p"] == "success", err
     (entry,) = proj.entries("abi")
-    assert entry["recipe"]["plan"]["signature"][0]["shape"] == [4096]  # the variable beat the environment
+    assert recipe(proj.cache, entry)["plan"]["signature"][0]["shape"] == [4096]  # the variable beat the environment
     code, results, report, _ = proj.doit("--continue", "plan", "profile=nope")
     assert code != 0 and results["plan:p"] == "fail" and results["plan:q"] != "fail"
     (failure,) = [t for t in report["tasks"] if t["name"] == "plan:p"]
@@ -125,3 +125,16 @@ def test_the_doit_variable_reaches_planning_and_stages(tmp_path):
 def test_reading_the_profile_imports_no_torch():
     code = "import sys, golden_tasks; golden_tasks.profile(); assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_an_unknown_profile_is_named_with_the_known_ones_not_answered_with_no_task(tmp_path):
+    proj = Project(tmp_path / "p", ())
+    (proj.path / "kernels" / "sized.py").write_text(textwrap.dedent(PROFILED).replace(
+        'N = {"default": 4, "flash": 4096}[golden_tasks.profile()]',
+        'PROFILES = {"default": 4, "flash": 4096}\nN = PROFILES[golden_tasks.profile(PROFILES)]'))
+    proc = proj.console("verify:p", "profile=flsh")
+    assert proc.returncode == 3 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("golden-tasks: no task 'verify:p'; ")
+    assert ("kernels.sized could not be planned, so its cases are not known: kernels/sized.py failed to import: ValueError: "
+            "unknown profile 'flsh' (profile=NAME or $GOLDEN_TASKS_PROFILE); this module's profiles: default, flash "
+            "(at kernels/sized.py:7)") in proc.stderr, proc.stderr

@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -112,3 +114,43 @@ def test_an_edited_entry_record_is_a_miss_and_is_dropped(tmp_path, capsys):
     path.write_text(json.dumps(record))
     assert store.get("validate", entry.key) is None
     assert "its record does not match its digest" in capsys.readouterr().err and not path.exists()
+
+
+def test_a_lookup_writes_nothing_and_reads_an_entry_again_only_once_it_is_replaced(store):
+    obj = {**put_tensor(store, torch.ones(2)), "kind": "tensor"}
+    store.commit("golden", "k1", "case", {"out": obj}, {"x": 1}, {})
+    path = store.entry_path("golden", "k1")
+    before = os.stat(path)
+    assert store.get("golden", "k1").meta == {"x": 1} and store.get("golden", "k1").meta == {"x": 1}
+    assert os.stat(path).st_mtime_ns == before.st_mtime_ns  # no utime: gc learns of use from record_use
+    store.commit("golden", "k1", "case", {"out": obj}, {"x": 2}, {})  # another process recomputed it
+    assert store.get("golden", "k1").meta == {"x": 2}
+
+
+def test_use_is_one_file_per_set_of_entries_and_its_time_is_their_last_use(store):
+    used = {("golden", "k1"), ("inputs", "k2")}
+    store.record_use(used)
+    (record,) = (store.root / "log" / "used").iterdir()
+    os.utime(record, (1000.0, 1000.0))
+    assert store.last_used() == {("golden", "k1"): 1000.0, ("inputs", "k2"): 1000.0}
+    store.record_use(used)  # the same set again: its file's time only
+    store.record_use({("golden", "k1")})
+    assert len(list((store.root / "log" / "used").iterdir())) == 2
+    last = store.last_used()
+    assert last[("inputs", "k2")] > 1000.0 and last[("golden", "k1")] >= last[("inputs", "k2")]
+
+
+def test_an_entry_names_its_recipe_which_only_explain_reads(store):
+    entry = store.commit("abi", "k1", "case", {}, {}, {}, {"stage": "abi", "plan": {"specs": [1, 2]}})
+    assert len(store.entry_path("abi", "k1").read_bytes()) < 400  # the recipe is an object of its own
+    assert store.recipe(entry) == {"stage": "abi", "plan": {"specs": [1, 2]}}
+    store.object_path(entry.recipe).write_text("{}")
+    assert store.recipe(entry) is None  # damaged: explain says there is no earlier run to compare with
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])
+def test_files_get_the_mode_the_umask_gives_not_0600(tmp_path, mask):
+    script = ("import os, sys; from pathlib import Path; from golden_tasks.store import atomic_write; "
+              f"os.umask({mask:#o}); atomic_write(Path(sys.argv[1]), lambda f: f.write(b'x'))")
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "f")], check=True)
+    assert (tmp_path / "f").stat().st_mode & 0o777 == 0o666 & ~mask

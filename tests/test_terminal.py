@@ -47,11 +47,11 @@ CASES = [Case("warns", specs=[TensorSpec("x", (8,), torch.float32, init_value=to
 FAST = ("warmup=1", "rounds=3")
 
 
-def on_terminal(project, *args, interrupt_on=None):
+def on_terminal(project, *args, interrupt_on=None, env=None):
     """Run doit on a pseudo-terminal that is its controlling terminal; (exit status, all it wrote).
     With `interrupt_on`, type Ctrl-C once the output shows that text."""
     master, slave = pty.openpty()
-    env = {**project.env, "COLUMNS": "160"}
+    env = {**project.env, "COLUMNS": "160", **(env or {})}
     env.pop("PYTHONWARNINGS")  # a user's shell: warnings show unless we filter them
 
     def controlling_terminal():
@@ -97,6 +97,8 @@ def test_a_terminal_shows_live_progress_then_the_summary(project):
     assert "\x1b[" in out and re.search(rf"\d+/{tasks} tasks", plain) and "running: compile:hello_world" in plain
     assert re.search(r"hello_world +PASS +ran", out) and re.search(r"warns +PASS +ran", out)
     assert "runs/report.json" in out
+    # an empty cache: the view counts no cache hit (a case's plan is not one)
+    assert re.search(r"tasks +[0-9:]+ +0 cached", plain), plain
     # torch's deprecation chatter is filtered, in the isolated children too; ours is not
     assert "FutureWarning" not in out and "DeprecationWarning" not in out
     assert OWN_WARNING in out
@@ -105,10 +107,11 @@ def test_a_terminal_shows_live_progress_then_the_summary(project):
 def test_a_no_op_run_prints_the_summary_only(project):
     proc = project.console("verify", *FAST)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    header, rule, *rows, last = proc.stdout.splitlines()
+    header, rule, *rows, files, last = proc.stdout.splitlines()
     assert header.startswith("case ") and set(rule) == {"-", " "}
     assert [r.split()[:3] for r in rows] == [["hello_world", "PASS", "cached"], ["warns", "PASS", "cached"]]
-    assert last == f"report: {project.path / 'runs' / 'report.json'} (also report.xml, report.html)"
+    assert files == f"report: {project.path / 'runs' / 'report.json'} (also report.xml, report.html)"
+    assert last == "2 cases: 2 PASS"
     assert "\x1b" not in proc.stdout + proc.stderr
 
 
@@ -121,7 +124,10 @@ def broken(project):
 
 def test_a_failing_case_gets_one_reason_line_and_a_log(broken):
     proc = broken.console("-n", "2", "--continue", "verify", "backend=eager", *FAST)
-    assert proc.returncode != 0
+    assert proc.returncode == 1  # a case failed: doit's status 1, with --continue and -n as without
+    assert proc.stdout.splitlines()[-1] == "2 cases: 1 FAIL, 1 PASS"
+    # the figure that failed is shown, not "-"
+    assert re.search(r"^hello_world +FAIL( +\S+){10} +[0-9.]+e[+-]\d\d ", proc.stdout, re.M), proc.stdout
     shown = proc.stdout + proc.stderr
     assert "UnmetDependency" not in shown and "<stdout>" not in shown and "####" not in shown
     assert "\x1b" not in shown
@@ -131,8 +137,9 @@ def test_a_failing_case_gets_one_reason_line_and_a_log(broken):
                       "3840/3840 elements mismatched (rtol=0, atol=0)  (all messages: runs/hello_world.log)")
     assert "worst at" in log.read_text()
     # doit's own failure output, for those who ask
-    full = broken.console("--continue", "--failure-verbosity=2", "verify:hello_world", "backend=eager", *FAST)
+    full = broken.console("--failure-verbosity=2", "verify:hello_world", "backend=eager", *FAST)
     assert "TaskFailed - taskid:validate:hello_world" in full.stdout and "worst at" in full.stdout
+    assert full.returncode == 1
 
 
 def test_the_json_reporter_run_writes_the_record_too(broken):
@@ -167,13 +174,30 @@ def test_ctrl_c_is_one_line_and_keeps_the_last_complete_report(project):
     assert (project.path / "runs" / "report.json").read_bytes() == saved
 
 
+@pytest.mark.parametrize("moment", ["verify ", "running: compile:hello_world", "running: bench:hello_world"])
+def test_ctrl_c_at_any_moment_is_one_line_and_leaves_no_temp_dir_or_process(tmp_path, moment):
+    proj = Project(tmp_path / "p", ("hello_world",))
+    (tmp_path / "tmp").mkdir()
+    code, out = on_terminal(proj, "-n", "2", "verify", *FAST, interrupt_on=moment, env={"TMPDIR": str(tmp_path / "tmp")})
+    assert code != 0 and "Traceback" not in out and "golden-tasks: interrupted" in out, out
+    time.sleep(1)  # the workers' exit: they clean up as they go
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if not p.name.startswith("torchinductor_")] == []  # torch's cache
+    left = subprocess.run(["pgrep", "-f", str(proj.path)], capture_output=True, text=True).stdout
+    assert left == "", left
+
+
 def test_mistyped_names_bad_variables_and_help(project):
     typo = project.console("verify:helo_world")
     assert typo.returncode == 3
     assert "golden-tasks: no task 'verify:helo_world'; did you mean verify:hello_world" in typo.stderr
     bad = project.console("verify", "rounds=abc")
-    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert bad.returncode == 3 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == "golden-tasks: doit variable rounds='abc' is not an integer >= 1"
+    # a misspelt variable is not ignored in silence
+    misspelt = project.console("verify", "timout=5", "rounds=3", "colour=red")
+    assert misspelt.returncode == 3 and misspelt.stdout == ""
+    assert misspelt.stderr == ("golden-tasks: unknown doit variables timout (did you mean timeout?), colour; "
+                               "`doit help verify` lists the variables\n")
     shown = project.console("help", "verify").stdout
     for name in (*VARIABLES, *CONTEXT):
         assert re.search(rf"^  {name} +\S", shown, re.M), name
@@ -193,3 +217,63 @@ def test_the_selection_is_read_as_doit_reads_it():
     assert CommandLine.parse(["info", "--no-status", "verify:a"]).tasks == ("verify:a",)
     assert CommandLine.parse(["info", "-f", "dodo.py", "verify:a"]).tasks == ("verify:a",)
     assert CommandLine.parse(["list", "--all", "-s"]).tasks == ()
+
+
+RAISING = '''"""cases whose user code raises: a spec's init, a golden, the specs themselves."""
+import torch
+
+from golden_tasks import Case, In, Out, TensorSpec, jit
+
+
+def no_such_size():
+    raise ValueError('no such size')
+
+
+@jit
+def copy(x: In, out: Out):
+    out.copy_(x)
+
+
+def golden_copy(t):
+    t["out"].copy_(t["x"])
+
+
+def golden_broken(t):
+    t['out'].copy_(t['missing'])
+
+
+def specs(init=torch.randn):
+    return [TensorSpec("x", (8,), torch.float32, init_value=init), TensorSpec("out", (8,), torch.float32)]
+
+
+def no_specs():
+    return {}['x']
+
+
+CASES = [Case("bad_init", specs=specs(no_such_size), kernel=copy, golden=golden_copy, backend="eager"),
+         Case("bad_golden", specs=specs(), kernel=copy, golden=golden_broken, backend="eager"),
+         Case("bad_specs", specs=no_specs, kernel=copy, golden=golden_copy, backend="eager")]
+'''
+
+
+def test_user_code_that_raises_is_named_with_its_message_and_line(tmp_path):
+    proj = Project(tmp_path / "p", ())
+    (proj.path / "kernels" / "raising.py").write_text(RAISING)
+    lines = RAISING.splitlines()
+
+    def at(text):
+        return f"(at {os.path.join('kernels', 'raising.py')}:{lines.index(text) + 1})"
+
+    proc = proj.console("--continue", "verify", *FAST)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    reasons = {r.partition(":")[0]: r for r in proc.stdout.splitlines() if ": FAIL at " in r}
+    assert reasons["bad_init"] == ("bad_init: FAIL at inputs: spec 'x': its init_value raised ValueError: no such "
+                                   f"size {at('    raise ValueError(' + repr('no such size') + ')')}  "
+                                   "(all messages: runs/bad_init.log)")
+    assert reasons["bad_golden"] == ("bad_golden: FAIL at golden: golden of bad_golden raised KeyError: 'missing' "
+                                     f"{at('    t[' + repr('out') + '].copy_(t[' + repr('missing') + '])')}  "
+                                     "(all messages: runs/bad_golden.log)")
+    assert reasons["bad_specs"].startswith(f"bad_specs: FAIL at plan: KeyError: 'x' {at('    return {}[' + repr('x') + ']')}")
+    assert "Traceback" not in proc.stdout + proc.stderr
+    for case in ("bad_init", "bad_golden", "bad_specs"):  # the log keeps the whole traceback
+        assert "Traceback (most recent call last)" in (proj.path / "runs" / f"{case}.log").read_text(), case

@@ -7,6 +7,7 @@ kernel mismatch against the untouched buffer. golden_bench times it on the same
 inputs, for the report's speedup.
 """
 from .. import data
+from ..origin import described
 from ..outputs import Meta
 from . import Outputs, StageFailed, make, same_bits, stamped_specs
 
@@ -46,7 +47,7 @@ def outputs_of(case, name: str, seed: int, abi, inputs) -> dict:
     try:
         case.golden(args)
     except Exception as exc:
-        raise StageFailed(f"golden of {name} raised {type(exc).__name__}: {exc}") from exc
+        raise StageFailed(f"golden of {name} raised {described(exc)}") from exc
     untouched = [out for out, (buffer, version, initial) in buffers.items()
                  if args[out] is buffer and buffer._version == version and same_bits(buffer, initial)]
     if untouched:

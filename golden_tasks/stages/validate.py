@@ -53,11 +53,12 @@ def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: di
         where = (f"\n  wrong on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))} "
                  f"(of {expected[r.name].shape[0]}: the leading dim is the rank)" if ranks else "")
         failed.append(r.message + where)
+    max_abs = max((r.max_abs for r in results), default=0.0)
     if failed:
         causes = [f"note: input {name!r} holds {what}; it may propagate to the outputs"
                   for name, what in nonfinite.items()]
-        raise StageFailed(f"validation FAILED for {case}:\n" + "\n".join(failed + causes))
-    return ValidateMeta(outputs=[r.to_json() for r in results], max_abs=max((r.max_abs for r in results), default=0.0))
+        raise StageFailed(f"validation FAILED for {case}:\n" + "\n".join(failed + causes), max_abs=max_abs)
+    return ValidateMeta(outputs=[r.to_json() for r in results], max_abs=max_abs)
 
 
 def vacuous(policy: Policy, actual: dict, expected: dict) -> list:

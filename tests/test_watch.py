@@ -1,0 +1,90 @@
+"""`golden-tasks watch`: a real watcher over a real project, real doit runs, files saved as editors save them."""
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from project import Project
+
+ADDER = '''import torch
+
+from golden_tasks import Case, In, Out, TensorSpec, jit
+
+
+@jit(backend="eager")
+def adder(x: In, out: Out):
+    out.copy_(x + 1)
+
+
+def golden_adder(t):
+    t["out"].copy_(t["x"] + 1)
+
+
+CASES = [Case("adder", [TensorSpec("x", (8,), torch.float32, torch.randn), TensorSpec("out", (8,), torch.float32)],
+              adder, golden=golden_adder, warmup=1, rounds=3)]
+'''
+
+
+def read_line(proc, seconds: float) -> str | None:
+    """The watch's next line, or None when it printed none within `seconds`."""
+    if select.select([proc.stdout], [], [], seconds)[0]:
+        return proc.stdout.readline()
+    return None
+
+
+def save_atomically(path, text: str) -> None:
+    """As editors save: a temporary file beside it, renamed over it."""
+    temporary = path.with_name(f".{path.name}.swp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+@pytest.fixture
+def watching(tmp_path):
+    proj = Project(tmp_path / "p", ())
+    (proj.path / "kernels" / "adder.py").write_text(ADDER)
+    (proj.path / "kernels" / "other.py").write_text(ADDER.replace("adder", "other"))
+    proc = subprocess.Popen([sys.executable, "-m", "golden_tasks.cli", "watch", "verify:adder", "backend=eager"],
+                            cwd=proj.path, env=proj.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            bufsize=1, start_new_session=True)  # its own process group, as a terminal's job
+    yield proj, proc
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_broken_kernel_fails_under_the_watch_unrelated_saves_do_nothing_and_ctrl_c_leaves_nothing(watching):
+    proj, proc = watching
+    first = read_line(proc, 300)
+    assert first is not None and first.rstrip().endswith("] first run: adder PASS"), (first, proc.stderr)
+    # saves of files the case does not depend on: notes beside the kernels, a script in another folder
+    (proj.path / "notes.txt").write_text("unrelated\n")
+    save_atomically(proj.path / "notes.txt", "still unrelated\n")
+    (proj.path / "scripts").mkdir()
+    (proj.path / "scripts" / "plot.py").write_text("print('unrelated')\n")
+    assert read_line(proc, 8) is None
+    # the kernel broken, saved as an editor saves it: the watch runs it again and it fails
+    kernel = proj.path / "kernels" / "adder.py"
+    save_atomically(kernel, ADDER.replace("out.copy_(x + 1)", "out.copy_(x + 2)"))
+    broken = read_line(proc, 300)
+    assert broken is not None and "] kernels/adder.py changed: adder FAIL (validate: " in broken, broken
+    report = (proj.path / "runs" / "report.json").read_text()
+    assert '"status": "FAIL"' in report or '"status":"FAIL"' in report  # the reports are rewritten
+    # Ctrl-C, as a terminal sends it to the job: the watch ends, and nothing it started is left
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) == 0
+    assert proc.stdout.read().endswith("golden-tasks watch: stopped\n")
+    assert "Traceback" not in proc.stderr.read()
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", str(proj.path)], capture_output=True, text=True).stdout
+    assert left == "", left
+
+
+def test_a_selection_that_is_not_verify_or_an_unknown_variable_is_one_line(tmp_path):
+    proj = Project(tmp_path / "p", ())
+    proc = subprocess.run([sys.executable, "-m", "golden_tasks.cli", "watch", "bench:adder", "timout=5"],
+                          cwd=proj.path, env=proj.env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == ("golden-tasks watch: 'bench:adder' is not verify or verify:CASE; "
+                                                    "unknown doit variable timout (did you mean timeout?)\n")
