@@ -1,7 +1,7 @@
 # ruff: noqa: E402 -- the settings below come before the imports they govern
 """Preloaded once by the isolation forkserver (golden_tasks.isolate): the work that every
-kernel child would otherwise repeat, inherited by each fork instead. It runs with SIGINT blocked
-(reaper.started_without_sigint: a Ctrl-C is the caller's to handle, which kills this server and everything below it)."""
+kernel child would otherwise repeat, inherited by each fork instead. It ignores SIGINT
+(reaper.sigint_ignored: a Ctrl-C is the caller's to handle, which kills this server and everything below it)."""
 import os
 import warnings
 

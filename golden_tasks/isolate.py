@@ -205,7 +205,8 @@ def _start(child) -> None:
             multiprocessing.forkserver._forkserver._stop()  # private, but the only way to restart it
         _server_environ = dict(os.environ)
         with _main_not_reimported():
-            reaper.started_without_sigint(multiprocessing.forkserver.ensure_running)
+            with reaper.sigint_ignored():  # only while the server's process starts, not while it imports
+                multiprocessing.forkserver.ensure_running()
             child.start()
         _live.add(child.pid)
 

@@ -8,6 +8,7 @@ The process tree is read from /proc (each process's parent). Elsewhere these are
 no-ops: isolation then still fails a crashing or hanging case, but cannot
 promise that nothing it started is left.
 """
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -42,16 +43,22 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 # A Ctrl-C is sent to every process of the terminal's foreground group: a Python helper still starting up
 # (site, imports) would die of it with a traceback, though the process that started it handles the Ctrl-C
 # and ends the helper anyway. So helpers start without it: python_module in a session of its own, and a
-# long-lived server (the isolation forkserver) by started_without_sigint.
-def started_without_sigint(start: Callable[[], None]) -> None:
-    """Call `start`, which starts processes, in a thread that blocks SIGINT: they keep it blocked for their
-    life (a signal mask survives fork and exec). Not in the calling thread: while it blocked SIGINT, Linux
-    would give a Ctrl-C to another thread, and Python runs the handler only once its main thread runs
-    again (a doit worker that waits for its next task never would)."""
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 -- not in the doit parent
-
-    with ThreadPoolExecutor(1, initializer=signal.pthread_sigmask, initargs=(signal.SIG_BLOCK, {signal.SIGINT})) as one:
-        one.submit(start).result()
+# long-lived server (the isolation forkserver) under sigint_ignored.
+@contextlib.contextmanager
+def sigint_ignored():
+    """SIGINT ignored meanwhile, so that a process started meanwhile ignores it for its life (an ignored
+    signal stays ignored across exec, and Python then raises no KeyboardInterrupt; a mask would not do: the
+    start of a subprocess clears it). A Ctrl-C meanwhile is lost to this process: those that start servers
+    are ended by their caller (doit's parent ends its workers). Only the main thread sets handlers: in another
+    one it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def python_module(module: str, *args: str, **options) -> subprocess.CompletedProcess:

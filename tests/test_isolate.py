@@ -1,6 +1,7 @@
 """Kernel calls run isolated: a crash, a hang, an out-of-bounds write or a missing device fails
 (or skips) one case with a precise message, and every other case is still verified."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -266,3 +267,23 @@ def test_run_from_a_script_shows_the_users_warnings_not_torchs(tmp_path):
     assert proc.returncode == 0 and proc.stdout == "PASS\n", proc.stderr
     assert "FutureWarning" not in proc.stderr and "DeprecationWarning" not in proc.stderr, proc.stderr
     assert "the golden is approximate" in proc.stderr
+
+
+def test_the_forkserver_and_its_children_ignore_sigint_which_the_caller_keeps():
+    """A Ctrl-C reaches every process of the terminal's group: the isolation forkserver, started while this
+    process ignores SIGINT (reaper.sigint_ignored), ignores it for its life, and so do the kernels' children
+    (no traceback from an interpreter cut short while it starts); the caller's own handler is back after."""
+    from golden_tasks import isolate
+
+    forkserver, child_ignores = isolate.call(_parent_and_sigint, (), 60, "a child")
+    assert child_ignores and _ignores_sigint(forkserver)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not _ignores_sigint(os.getpid())
+
+
+def _ignores_sigint(pid: int) -> bool:
+    status = open(f"/proc/{pid}/status").read()
+    return bool(int(status.split("SigIgn:")[1].split()[0], 16) & (1 << (signal.SIGINT - 1)))
+
+
+def _parent_and_sigint() -> tuple:
+    return os.getppid(), _ignores_sigint(os.getpid())
