@@ -59,6 +59,10 @@ class Watched:
         self.listings[folder] = listing
         return True
 
+    def saved_since(self, ns: int) -> set:
+        """The files modified at or after `ns` (time.time_ns())."""
+        return {path for path in self.files if os.path.exists(path) and os.stat(path).st_mtime_ns >= ns}
+
     def __eq__(self, other) -> bool:
         return (self.files, set(self.listings)) == (other.files, set(other.listings))
 
@@ -119,19 +123,22 @@ def watch(root: Path, targets: list, variables: dict, out=sys.stdout) -> int:
 
     targets = targets or [VERIFY]
     run, pending = Run(root, targets, variables, "first run"), set()
-    watched = Watched(root, targets, variables)
+    watched, unwatched_since = Watched(root, targets, variables), None
     try:
         while True:
             for changes in changes_of(*watched.folders(), watch_filter=watched, debounce=300, step=50,
                                       rust_timeout=POLL_MS, yield_on_timeout=True, recursive=False):
+                if unwatched_since is not None:  # this watcher runs: add what was saved while none did
+                    pending |= watched.saved_since(unwatched_since)
+                    unwatched_since = None
                 pending |= {path for _, path in changes}
                 if run is not None and run.done():
                     out.write(run.line() + "\n")
                     out.flush()
                     run.stop()
-                    run = None
+                    run, since = None, time.time_ns()
                     if (now := Watched(root, targets, variables)) != watched:
-                        watched = now
+                        watched, unwatched_since = now, since
                         break  # what the selection depends on changed: watch the new set
                 if run is None and pending:
                     run, pending = Run(root, targets, variables, _shown(root, pending)), set()

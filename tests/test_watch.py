@@ -35,6 +35,11 @@ def read_line(proc, seconds: float) -> str | None:
     return None
 
 
+def doit_running(proc) -> str:
+    """The pid of the watch's doit run in progress ("" when none)."""
+    return subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "doit"], capture_output=True, text=True).stdout.strip()
+
+
 def save_atomically(path, text: str) -> None:
     """As editors save: a temporary file beside it, renamed over it."""
     temporary = path.with_name(f".{path.name}.swp")
@@ -72,6 +77,17 @@ def test_a_broken_kernel_fails_under_the_watch_unrelated_saves_do_nothing_and_ct
     assert broken is not None and "] kernels/adder.py changed: adder FAIL (validate: " in broken, broken
     report = (proj.path / "runs" / "report.json").read_text()
     assert '"status": "FAIL"' in report or '"status":"FAIL"' in report  # the reports are rewritten
+    # mended (new content: planned again, so its run takes seconds), then saved twice more while that run
+    # is in progress: those two queue one run after it, not two
+    save_atomically(kernel, ADDER + "# mended\n")
+    deadline = time.monotonic() + 60
+    while not (running := doit_running(proc)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    save_atomically(kernel, ADDER + "# a\n")
+    save_atomically(kernel, ADDER + "# b\n")
+    assert running and doit_running(proc) == running, "the saves did not land during the run"
+    runs = [read_line(proc, 300), read_line(proc, 300), read_line(proc, 15)]
+    assert [line and line.split("] ", 1)[1] for line in runs] == ["kernels/adder.py changed: adder PASS\n"] * 2 + [None]
     # Ctrl-C, as a terminal sends it to the job: the watch ends, and nothing it started is left
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=60) == 0
