@@ -136,7 +136,8 @@ def watch(root: Path, targets: list, variables: dict, out=sys.stdout) -> int:
                     out.write(run.line() + "\n")
                     out.flush()
                     run.stop()
-                    run, since = None, time.time_ns()
+                    # from the run's start: a save this watcher has not yet reported is lost with it
+                    run, since = None, int(run.started * 1e9)
                     if (now := Watched(root, targets, variables)) != watched:
                         watched, unwatched_since = now, since
                         break  # what the selection depends on changed: watch the new set

@@ -104,3 +104,21 @@ def test_a_selection_that_is_not_verify_or_an_unknown_variable_is_one_line(tmp_p
                           cwd=proj.path, env=proj.env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr == ("golden-tasks watch: 'bench:adder' is not verify or verify:CASE; "
                                                     "unknown doit variable timout (did you mean timeout?)\n")
+
+
+def test_a_file_the_kernel_starts_importing_is_watched_from_the_next_run(watching):
+    """After each run the watch reads again what the case depends on: a module the kernel starts
+    importing is followed from then on (the watcher is made again, and nothing saved meanwhile is lost)."""
+    proj, proc = watching
+    assert read_line(proc, 300).rstrip().endswith("] first run: adder PASS")
+    helper = proj.path / "kernels" / "step.py"
+    helper.write_text("STEP = 1\n")
+    # a new module where planning lists the kernel modules (it may define cases): a run
+    assert read_line(proc, 300).split("] ", 1)[1] == "kernels/step.py changed: adder PASS\n"
+    kernel = proj.path / "kernels" / "adder.py"
+    save_atomically(kernel, ADDER.replace("import torch\n", "import torch\n\nfrom kernels.step import STEP\n")
+                    .replace("out.copy_(x + 1)", "out.copy_(x + STEP)"))
+    assert read_line(proc, 300).split("] ", 1)[1] == "kernels/adder.py changed: adder PASS\n"
+    save_atomically(helper, "STEP = 2\n")
+    changed = read_line(proc, 300)
+    assert changed and changed.split("] ", 1)[1].startswith("kernels/step.py changed: adder FAIL (validate: "), changed
