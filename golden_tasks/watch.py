@@ -60,11 +60,19 @@ class Watched:
         return True
 
     def saved_since(self, ns: int) -> set:
-        """The files modified at or after `ns` (time.time_ns())."""
-        return {path for path in self.files if os.path.exists(path) and os.stat(path).st_mtime_ns >= ns}
+        """The files modified at or after `ns` (time.time_ns()); a file gone is not one."""
+        return {path for path in self.files if _mtime_ns(path) >= ns}
 
     def __eq__(self, other) -> bool:
         return (self.files, set(self.listings)) == (other.files, set(other.listings))
+
+
+def _mtime_ns(path) -> int:
+    """The file's modification time, or -1 when it is gone (even if it went after a check that it exists)."""
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return -1
 
 
 class Run:

@@ -94,7 +94,13 @@ class Run:
         return f"{self.path.name}:{line}"
 
     def fail(self, line: int, what: str) -> None:
-        raise DocFailure(f"{self.where(line)}: {what}")
+        raise DocFailure(f"{self.where(line)}: {what}{self.case_logs()}")
+
+    def case_logs(self, chars=4000) -> str:
+        """The logs a failed run left (runs/<case>.log: every message of a failing case), which the summary
+        shows one line of; CI keeps nothing else of the project."""
+        runs = Path(self.env.get("GOLDEN_TASKS_RUNS") or self.project / "runs")
+        return "".join(f"\n--- {log} ---\n{log.read_text(errors='replace')[-chars:]}" for log in sorted(runs.glob("*.log")))
 
     def process(self, line: int, argv: list, what: str, timeout: float = TIMEOUT, interrupt: bool = False):
         """Run `argv` in the project, in a session of its own so that a timeout ends everything it started

@@ -54,10 +54,12 @@ def test_cold_run_passes_every_case(project):
 
 
 def test_second_run_is_all_up_to_date(fresh):
-    code, results, _, _ = fresh.doit("verify")
+    """Every task, each verify:CASE included (it does nothing itself: doit would hand it to a worker and back),
+    is up to date; only the `verify` group, which doit always runs, is not."""
+    code, results, _, _ = fresh.doit("-n", "2", "verify")
     assert code == 0
-    stages = stage_results(results)
-    assert stages and set(stages.values()) == {"up-to-date"}
+    assert {name for name, result in results.items() if result != "up-to-date"} == {"verify"}
+    assert sum(name.startswith("verify:") for name in results) >= 7
 
 
 def test_fresh_measures_again_and_reuses_every_verdict(fresh):
@@ -69,6 +71,9 @@ def test_fresh_measures_again_and_reuses_every_verdict(fresh):
     code, results, _, _ = fresh.doit("verify:hello_world", "fresh=1")
     assert code == 0 and heavy_ran(results) == {"bench:hello_world", "golden_bench:hello_world"}
     assert results["runtime:hello_world"] == "success"  # its report.json gets the new timings
+    assert results["verify:hello_world"] == "success"  # not up to date: stages of its ran
+    info = fresh.console("info", "verify:hello_world", "fresh=1").stdout
+    assert "verify:hello_world: bench:hello_world is not up to date" in info, info
     remeasured = timings()
     assert len(remeasured) == len(before) == 2 and remeasured != before  # replaced under the same keys
     code, results, _, _ = fresh.doit("verify:hello_world")  # the next run keeps the new measurement
