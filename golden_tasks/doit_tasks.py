@@ -127,17 +127,16 @@ class _UpToDate:
     # given here, inspect.signature answers without introspecting __call__ (a tenth of a no-op run)
     __signature__ = inspect.Signature()
 
-    UNCHECKED, CURRENT = "not checked yet", "up to date"
-
     def __init__(self, task: str):
         self.task = task
-        self.reason = self.UNCHECKED
+        self.reason = "not checked yet"
+        self.current = None  # its last call's answer; None before the first
 
     def __call__(self) -> bool:
         _freeze_loaded_tasks()
         reason = self.stale()
-        self.reason = reason or self.CURRENT
-        return reason is None
+        self.reason, self.current = reason or "up to date", reason is None
+        return self.current
 
     def stale(self) -> str | None:
         """Why the task must run now, or None when it is up to date."""
@@ -259,9 +258,7 @@ class _CaseVerified(_UpToDate):
     def stale(self) -> str | None:
         for name in self.deps:
             check = self.checks[name]
-            if check.reason == _UpToDate.UNCHECKED:
-                check()
-            if check.reason != _UpToDate.CURRENT:
+            if not (check() if check.current is None else check.current):
                 return f"{name} is not up to date"
         return None
 

@@ -144,10 +144,10 @@ def watch(root: Path, targets: list, variables: dict, out=sys.stdout) -> int:
                     out.write(run.line() + "\n")
                     out.flush()
                     run.stop()
-                    # from the run's start: a save this watcher has not yet reported is lost with it
-                    run, since = None, int(run.started * 1e9)
+                    finished, run = run, None
                     if (now := Watched(root, targets, variables)) != watched:
-                        watched, unwatched_since = now, since
+                        # from the run's start: a save this watcher has not yet reported is lost with it
+                        watched, unwatched_since = now, int(finished.started * 1e9)
                         break  # what the selection depends on changed: watch the new set
                 if run is None and pending:
                     run, pending = Run(root, targets, variables, _shown(root, pending)), set()
