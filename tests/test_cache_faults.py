@@ -27,6 +27,15 @@ def project(tmp_path):
     return proj
 
 
+@pytest.fixture
+def scratch():
+    """The temporary folder of the processes a test SIGKILLs, which leave their own behind: short, as
+    reaper.make_temp's are (a socket's path inside must fit), and removed with what they left."""
+    path = Path(tempfile.mkdtemp(prefix="gt-scratch-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path)
+
+
 def object_of(project, stage, case, kind):
     (entry,) = [e for e in project.entries(stage) if e["case"] == case]
     (record,) = [r for r in entry["objects"].values() if r["kind"] == kind][:1]
@@ -88,11 +97,12 @@ def test_silent_bit_rot_is_caught_when_the_object_is_read(project):
     fsck(project)
 
 
-def test_sigkill_at_any_moment_leaves_the_cache_consistent(tmp_path):
+def test_sigkill_at_any_moment_leaves_the_cache_consistent(tmp_path, scratch):
     proj = Project(tmp_path / "p", MODULES)
     rng = random.Random(7)
     for _ in range(4):
-        proc = subprocess.Popen(proj.command("-n", "2", "verify", EAGER), cwd=proj.path, env=proj.env,
+        proc = subprocess.Popen(proj.command("-n", "2", "verify", EAGER), cwd=proj.path,
+                                env={**proj.env, "TMPDIR": str(scratch)},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         time.sleep(rng.uniform(2.0, 9.0))  # planning, compiling, storing
         os.killpg(proc.pid, signal.SIGKILL)
@@ -103,10 +113,8 @@ def test_sigkill_at_any_moment_leaves_the_cache_consistent(tmp_path):
     fsck(proj)
 
 
-def test_sigkill_during_compile_redoes_only_what_was_unfinished(tmp_path):
+def test_sigkill_during_compile_redoes_only_what_was_unfinished(tmp_path, scratch):
     proj = Project(tmp_path / "p", ("rms_norm",))
-    # where the compile stage makes its work directory (a short path: reaper.make_temp)
-    scratch = Path(tempfile.mkdtemp(prefix="gt-scratch-", dir="/tmp"))
     proc = subprocess.Popen(proj.command("verify:rms_norm"), cwd=proj.path, env={**proj.env, "TMPDIR": str(scratch)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
@@ -116,7 +124,6 @@ def test_sigkill_during_compile_redoes_only_what_was_unfinished(tmp_path):
     assert proc.poll() is None and not proj.entries("compile")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    shutil.rmtree(scratch)
     fsck(proj)
     code, results, _, err = proj.doit("verify:rms_norm")
     assert code == 0, err
