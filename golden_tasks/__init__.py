@@ -13,7 +13,7 @@ _EXPORTS = {
     "jit": "jit", "JitKernel": "jit", "cpp": "cpp", "CppKernel": "cpp",
     "KernelForm": "forms", "Artifact": "forms", "CompileError": "errors",
     "Case": "case",
-    "run": "runner", "RunResult": "runner",
+    "run": "runner", "RunResult": "runner", "Verdict": "verdicts", "StageState": "verdicts",
     "allclose": "compare", "Comparison": "compare", "Sides": "compare",
     "ratio_allclose": "compare", "RatioAllclose": "compare", "ratio_reldiff": "compare", "RatioReldiff": "compare",
     "topk_pair_compare": "compare", "TopkPairCompare": "compare",

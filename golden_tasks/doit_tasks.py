@@ -74,6 +74,7 @@ from .library import CONTEXT, Library, unknown_variables
 from .plan import VARIABLES, Plan
 from .store import Store
 from .toolchain import machine, toolchain
+from .verdicts import StageState, Verdict
 
 PLAN = "plan"
 VERIFY = "verify"
@@ -172,7 +173,7 @@ class _StageCached(_UpToDate):
                                  _hits.setdefault(self.case, {}))
         _tally.add(self.stage, self.case, reason is None)
         if reason is None:
-            _journal(self.task, report.CACHED)
+            _journal(self.task, StageState.CACHED)
         return reason
 
 
@@ -242,7 +243,7 @@ def _ready_to_run(torch_stage: bool) -> None:
 def _outcome(task: str, message: str = None, max_abs: float = None):
     """A task action's result for doit, journaled: True, or TaskFailed with `message` (and the failed
     validation's largest error, `max_abs`)."""
-    _journal(task, report.FAILED if message else report.RAN, message, max_abs)
+    _journal(task, StageState.FAILED if message else StageState.RAN, message, max_abs)
     return TaskFailed(f"{task}: {message}") if message else True
 
 
@@ -411,7 +412,7 @@ def finish_run() -> dict:
     states, errors, failed_max_abs = {}, {}, {}
     for line in lines:
         stage, _, case = line["task"].partition(":")
-        states.setdefault(case, {})[stage] = line["state"]
+        states.setdefault(case, {})[stage] = StageState(line["state"])
         if line["message"]:
             errors.setdefault(case, {})[stage] = line["message"]
         if line["max_abs"] is not None:
@@ -421,7 +422,7 @@ def finish_run() -> dict:
                             failed_max_abs.get(c)) for c in cases]
     lib.store.record_use({(stage, key) for row in rows for stage, key in row["keys"].items() if key})
     for row in rows:
-        row["log"] = str(report.log_path(runs, row["case"])) if row["status"] == "FAIL" else None
+        row["log"] = str(report.log_path(runs, row["case"])) if row["status"] == Verdict.FAIL else None
     _run.record = {"passed": report.passed(rows), "counts": report.counts(rows), "started": _run.started,
                    "finished": time.time(), "machine": machine(), "toolchain": toolchain(), "cases": rows}
     try:
@@ -721,8 +722,8 @@ class SummaryReporter(ConsoleReporter):
             return
         rows = record["cases"]
         self.write(("\n" if self.wrote else "") + report.format_table(rows) + "\n")
-        unjudged = [r for r in rows if r["status"] not in ("PASS", "SKIPPED")]
-        unreached = [r["case"] for r in unjudged if r["status"] == "INCOMPLETE"]
+        unjudged = [r for r in rows if r["status"].failed]
+        unreached = [r["case"] for r in unjudged if r["status"] == Verdict.INCOMPLETE]
         if unreached and self.failures:
             self.write(f"not reached: {', '.join(unreached)} (doit stops at the first failure; "
                        "--continue runs the rest)\n")
@@ -730,7 +731,7 @@ class SummaryReporter(ConsoleReporter):
         draw_run(lambda line: (self.write(line + "\n"), self.outstream.flush()))
         runs = config.runs_root(_run.root)
         self.write(f"report: {runs / 'report.json'} (also report.xml{', report.html' * config.draws_html()})\n")
-        if any(r["stages"].get("compile") == "ran" for r in rows) and config.sandbox() == "auto" \
+        if any(r["stages"].get("compile") == StageState.RAN for r in rows) and config.sandbox() == "auto" \
                 and (reason := sandbox.support()):
             self.write(f"note: kernels ran unconfined: {reason} (docs/threat-model.md)\n")
         if unjudged and not self.failures:

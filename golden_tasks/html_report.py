@@ -38,6 +38,7 @@ from .hashing import digest_file, digest_json
 from .layout import layout
 from .library import planned_library, run_variables
 from .store import atomic_write
+from .verdicts import Verdict
 
 MAX_BINS = 64  # a heat map has at most MAX_BINS x MAX_BINS cells, whatever the tensor's size
 BINS_PER_DECADE = 4
@@ -463,12 +464,13 @@ window.addEventListener("load", () => {
 def render(record: dict, plots_of) -> str:
     """The page of a run record (report.json's shape); `plots_of(row)` gives a case's Plots."""
     rows = record["cases"]
-    failed = [r for r in rows if r.get("status") not in report.NOT_FAILED]
-    skipped = sum(r.get("status") == "SKIPPED" for r in rows)
+    statuses = [Verdict(r.get("status")) for r in rows]
+    failed = [s for s in statuses if s.failed]
+    skipped = statuses.count(Verdict.SKIPPED)
     verdict = (f"FAILED ({len(failed)} of {len(rows)} cases)" if failed or not record.get("passed")
                else f"ALL {len(rows)} SKIPPED (nothing verified)" if skipped == len(rows)
                else "PASSED" + (f" ({skipped} of {len(rows)} cases SKIPPED)" if skipped else ""))
-    shade = "FAIL" if failed else "SKIPPED" if skipped == len(rows) else "PASS"
+    shade = Verdict.FAIL if failed else Verdict.SKIPPED if skipped == len(rows) else Verdict.PASS
     machine = record.get("machine") or {}
     toolchain = record.get("toolchain") or {}
     summary = "".join(f"<tr><td><a href=\"#case-{_e(r['case'])}\">{_e(r['case'])}</a></td>"
@@ -529,6 +531,10 @@ def read_record(path: Path) -> dict:
     cases = record.get("cases") if isinstance(record, dict) else None
     if not isinstance(cases, list) or not all(isinstance(r, dict) and isinstance(r.get("case"), str) for r in cases):
         raise ValueError(f"{path}: field 'cases' must be a list of objects with a 'case' name")
+    for i, row in enumerate(cases):
+        if row.get("status") not in list(Verdict):
+            raise ValueError(f"{path}: cases[{i}].status must be one of {', '.join(Verdict)}, "
+                             f"got {json.dumps(row.get('status'))}")
     return record
 
 

@@ -240,23 +240,29 @@ def pipe():
     return _context().Pipe(duplex=False)
 
 
+class Ended(enum.Enum):
+    """How an isolated call ended, and what its Outcome's value is then."""
+    RETURNED = "returned"  # its result
+    RAISED = "raised"  # the VerificationFailure, or origin.described's text
+    CRASHED = "crashed"  # how its process died
+    HUNG = "hung"  # the seconds it was given
+
+
 @dataclasses.dataclass
 class Outcome:
-    """How an isolated call ended: "returned" (value: its result), "raised" (value: the
-    VerificationFailure, or origin.described's text), "crashed" (value: how its process died) or "hung"
-    (value: the seconds it was given)."""
-    kind: str
+    """How an isolated call ended, and with what."""
+    kind: Ended
     value: object = None
 
     def result(self, what: str):
         """The returned value, or StageFailed (a VerificationFailure as is) naming `what`."""
-        if self.kind == "returned":
+        if self.kind is Ended.RETURNED:
             return self.value
         if isinstance(self.value, VerificationFailure):
             raise self.value
-        if self.kind == "raised":
+        if self.kind is Ended.RAISED:
             raise StageFailed(f"{what} raised {self.value}")
-        if self.kind == "crashed":
+        if self.kind is Ended.CRASHED:
             raise StageFailed(f"{what} crashed: {self.value}")
         raise StageFailed(f"{what} hung: no result after {self.value:g} s (the case's timeout); "
                           "its process and every process it started were killed")
@@ -303,10 +309,10 @@ class _Call:
                 ok, value = _Returned(io.BytesIO(self.connection.recv_bytes())).load()
         except EOFError:  # the child died before answering
             self.process.join()
-            return Outcome("crashed", _death(self.process.exitcode))
+            return Outcome(Ended.CRASHED, _death(self.process.exitcode))
         except (pickle.UnpicklingError, ValueError, TypeError) as exc:  # forged: refused, never run
-            return Outcome("raised", f"its process sent back what is not a result: {exc}")
-        return Outcome("returned" if ok else "raised", value)
+            return Outcome(Ended.RAISED, f"its process sent back what is not a result: {exc}")
+        return Outcome(Ended.RETURNED if ok else Ended.RAISED, value)
 
     def kill(self) -> None:
         reaper.kill_descendants(self.process.pid)
@@ -324,12 +330,12 @@ class _Call:
             reaper.remove_temp(self.private)
 
 
-def call_all(jobs: list, timeout: float, grace: float = 1.0, failed=lambda outcome: outcome.kind != "returned",
+def call_all(jobs: list, timeout: float, grace: float = 1.0, failed=lambda outcome: outcome.kind is not Ended.RETURNED,
              confinement: Confinement = None) -> list:
     """Run each (target, args) of `jobs` in its own child, all at once (each confined to `confinement`, if
     given); their Outcomes in order. A call with no answer after `timeout` seconds, or `grace` seconds
     after another call `failed` (its peers in a collective may wait for it forever), is killed with its
-    tree and "hung"."""
+    tree and HUNG."""
     calls, outcomes = [], [None] * len(jobs)
     try:
         for target, args in jobs:
@@ -347,7 +353,7 @@ def call_all(jobs: list, timeout: float, grace: float = 1.0, failed=lambda outco
                     deadline = min(deadline, time.monotonic() + grace)
         for i in pending.values():
             calls[i].kill()
-            outcomes[i] = Outcome("hung", timeout)
+            outcomes[i] = Outcome(Ended.HUNG, timeout)
     finally:
         for c, outcome in zip(calls, outcomes):
             if outcome is None:  # interrupted: nothing it started may outlive it

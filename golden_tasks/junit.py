@@ -18,6 +18,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .store import atomic_write
+from .verdicts import StageState, Verdict
 
 SUITE = "golden-tasks"
 # The characters XML 1.0 forbids (tab, newline and carriage return are allowed).
@@ -41,15 +42,15 @@ def full_report(row: dict) -> str:
 
 def _verdict(row: dict) -> ET.Element | None:
     """The <failure>, <skipped> or <error> of a row; None for a PASS."""
-    status, errors = row["status"], row.get("errors", {})
-    if status == "PASS":
+    status, errors = Verdict(row["status"]), row.get("errors", {})
+    if status == Verdict.PASS:
         return None
-    if status == "SKIPPED":
+    if status == Verdict.SKIPPED:
         return ET.Element("skipped", message=_text(row.get("skipped") or ""))
-    if status == "FAIL":
+    if status == Verdict.FAIL:
         element = ET.Element("failure", message=_text(row.get("reason") or "FAIL"), type=next(iter(errors), "FAIL"))
     else:
-        not_run = [stage for stage, state in row["stages"].items() if state == "-"]
+        not_run = [stage for stage, state in row["stages"].items() if StageState(state) == StageState.NOT_RUN]
         element = ET.Element("error", type=status,
                              message=_text(f"{status}: the case did not run to its end; not run: "
                                            + (", ".join(not_run) or "none")))
@@ -88,12 +89,12 @@ def _summary_line(row: dict) -> str:
 def to_xml(record: dict) -> str:
     """The JUnit XML document of a run record."""
     rows = record["cases"]
-    statuses = [row["status"] for row in rows]
+    statuses = [Verdict(row["status"]) for row in rows]
     started = record["started"]
     suite = ET.Element("testsuite", {
-        "name": SUITE, "tests": str(len(rows)), "failures": str(statuses.count("FAIL")),
-        "errors": str(sum(s not in ("PASS", "FAIL", "SKIPPED") for s in statuses)),
-        "skipped": str(statuses.count("SKIPPED")),
+        "name": SUITE, "tests": str(len(rows)), "failures": str(statuses.count(Verdict.FAIL)),
+        "errors": str(statuses.count(Verdict.INCOMPLETE)),
+        "skipped": str(statuses.count(Verdict.SKIPPED)),
         "time": _seconds(record["finished"] - started),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)),
         "hostname": _text(record["machine"].get("host") or "localhost")})

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from . import config, graph, ranks
 from .case import live_case
 from .errors import StageFailed, VerificationFailure
-from .isolate import Outcome
+from .isolate import Ended, Outcome
 from .layout import layout
 from .library import Library
 from .stages import load_checked
@@ -158,7 +158,7 @@ def _rank(plan, store, rank: int, world: int) -> str:
 def _judge(case, placement, reports: list, what: str, golden, inputs, waited: float) -> str:
     """Rank 0: the verdict from every rank's (outcome, outputs), or None for a rank that sent no
     report in `waited` seconds."""
-    outcomes = [Outcome("hung", waited) if report is None else Outcome("returned", report[0])
+    outcomes = [Outcome(Ended.HUNG, waited) if report is None else Outcome(Ended.RETURNED, report[0])
                 for report in reports]
     if not all(isinstance(o.value, ranks.RankResult) for o in outcomes):
         return "FAIL\n" + ranks.verdict(outcomes, what)

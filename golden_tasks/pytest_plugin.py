@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .layout import LayoutError, layout
+from .verdicts import Verdict
 
 
 class CaseFailed(Exception):
@@ -69,9 +70,9 @@ class CaseItem(pytest.Item):
         library = _library(root)
         plan = library.plans[self.name]
         row, _ = verify(plan, library.store, config.runs_root(root) / self.name)
-        if row["status"] == "SKIPPED":  # reported at the case's module, not at this line
+        if row["status"] == Verdict.SKIPPED:  # reported at the case's module, not at this line
             raise pytest.skip.Exception(row["skipped"], _use_item_location=True)
-        if row["status"] != "PASS":
+        if row["status"] != Verdict.PASS:
             errors = row["errors"] or {"": f"{self.name} is {row['status']}"}
             raise CaseFailed("\n".join(f"{stage}: {message}" if stage else message
                                        for stage, message in errors.items()))

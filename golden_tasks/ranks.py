@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from . import isolate, sandbox
 from .errors import StageFailed
+from .isolate import Ended
 from .specs import STACKED, canary, dtype_of
 from .stages import back_to_host, on_device, same_bits
 
@@ -281,8 +282,8 @@ def run(program, artifact, placement: Placement, timeout: float, calls: float, w
                               address, timeout, listener if rank == 0 else None))
                 for rank, args in placement.args.items()]
         outcomes = isolate.call_all(jobs, budget, confinement=confinement,
-                                    failed=lambda o: o.kind != "returned" or isinstance(o.value, RankFailure))
-    if all(o.kind == "returned" and isinstance(o.value, RankResult) for o in outcomes):
+                                    failed=lambda o: o.kind is not Ended.RETURNED or isinstance(o.value, RankFailure))
+    if all(o.kind is Ended.RETURNED and isinstance(o.value, RankResult) for o in outcomes):
         return [o.value for o in outcomes]
     raise StageFailed(verdict(outcomes, what))
 
@@ -292,7 +293,7 @@ def verdict(outcomes: list, what: str) -> str:
     world = len(outcomes)
 
     def failure(o):
-        return o.value if o.kind == "returned" and isinstance(o.value, RankFailure) else None
+        return o.value if o.kind is Ended.RETURNED and isinstance(o.value, RankFailure) else None
 
     if world == 1:
         if f := failure(outcomes[0]):
@@ -301,27 +302,27 @@ def verdict(outcomes: list, what: str) -> str:
             outcomes[0].result(what)
         except StageFailed as exc:
             return str(exc)
-    finished = any(o.kind == "returned" and (failure(o) is None or failure(o).phase == AFTER_KERNEL)
+    finished = any(o.kind is Ended.RETURNED and (failure(o) is None or failure(o).phase == AFTER_KERNEL)
                    for o in outcomes)
-    crashed = [r for r, o in enumerate(outcomes) if o.kind == "crashed"]
-    own = [r for r, o in enumerate(outcomes) if o.kind == "raised" or failure(o) and not failure(o).communication]
-    hung = [r for r, o in enumerate(outcomes) if o.kind == "hung" or finished and failure(o)
+    crashed = [r for r, o in enumerate(outcomes) if o.kind is Ended.CRASHED]
+    own = [r for r, o in enumerate(outcomes) if o.kind is Ended.RAISED or failure(o) and not failure(o).communication]
+    hung = [r for r, o in enumerate(outcomes) if o.kind is Ended.HUNG or finished and failure(o)
             and failure(o).communication and failure(o).phase == IN_KERNEL]
-    failing = [r for r, o in enumerate(outcomes) if o.kind != "returned" or failure(o)]
+    failing = [r for r, o in enumerate(outcomes) if o.kind is not Ended.RETURNED or failure(o)]
     culprits = crashed or own or hung or failing
 
     def describe(r, full):
         o, f = outcomes[r], failure(outcomes[r])
-        if o.kind == "crashed":
+        if o.kind is Ended.CRASHED:
             return f"crashed: {o.value}"
-        if o.kind == "hung":
+        if o.kind is Ended.HUNG:
             return (f"hung: no result after {o.value:g} s" if len(culprits) == world else
                     "hung: still running after the other ranks had failed") + "; killed with everything it started"
-        if o.kind == "raised":
+        if o.kind is Ended.RAISED:
             return f"raised:\n{o.value}" if full else "raised"
         if f is None:
             return "finished its kernel"
-        if r in hung and o.kind != "hung":
+        if r in hung and o.kind is not Ended.HUNG:
             return (f"hung in a collective {f.phase} after the other ranks had finished theirs:\n{f.text}" if full
                     else f"hung in a collective {f.phase}: {f.first_line}")
         kind = "a failed collective" if f.communication else "an error"  # its own message first, then where

@@ -15,13 +15,7 @@ from .origin import shown
 from .outputs import SAMPLES_FILE, BenchMeta, Stats, ValidateMeta, median_rse
 from .plan import FailedPlan, Plan
 from .store import atomic_write
-
-# How a stage fared in this run; SKIPPED_STAGE: it ran or was cached, and did no work (its entry says why).
-RAN, CACHED, FAILED, NOT_RUN, SKIPPED_STAGE = "ran", "cached", "FAILED", "-", "skipped"
-# A case's statuses, worst first; a SKIPPED case is not a failure (pytest's rule): a run passes when every
-# case is PASS or SKIPPED.
-STATUSES = ("FAIL", "INCOMPLETE", "SKIPPED", "PASS")
-NOT_FAILED = ("PASS", "SKIPPED")
+from .verdicts import StageState, Verdict
 
 
 def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: dict = None,
@@ -29,24 +23,24 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: 
     """The summary of one case from its stage states and its cached entries (the row of the run
     record: see docs/reports.md); `found`: entries already looked up (graph.resolve); `failed_max_abs`:
     the largest error of a validation that failed in this run (errors.StageFailed.max_abs)."""
-    row = {"case": plan.case, "stages": {s.name: states.get(s.name, NOT_RUN) for s in STAGES},
+    row = {"case": plan.case, "stages": {s.name: states.get(s.name, StageState.NOT_RUN) for s in STAGES},
            "max_abs": None, "outputs": [], "warnings": [], "kernel_us": None, "golden_us": None, "speedup": None,
            "speedup_err": None, "kernel_timing": None, "golden_timing": None, "rank_us": None, "imbalance": None,
            "keys": {}, "fingerprints": {}, "seconds": None, "errors": errors, "skipped": None, "reason": None,
            "golden_protected": None}
     if plan.error:
-        row.update(status="FAIL", stages={s.name: NOT_RUN for s in STAGES}, errors={"plan": plan.error},
-                   reason=_first_failure({"plan": plan.error}))
+        row.update(status=Verdict.FAIL, stages={s.name: StageState.NOT_RUN for s in STAGES},
+                   errors={"plan": plan.error}, reason=_first_failure({"plan": plan.error}))
         return row
     row["golden_protected"] = plan.golden_protected
     entries = snapshot(plan, store, found)
     row["keys"] = {name: entry and entry.key for name, entry in entries.items()}
     row["fingerprints"] = {field: getattr(plan, field) for field in ("kernel", "golden", "policy")}
     row["seconds"] = sum(Stats.of(entries[name]).seconds or 0.0 for name, state in row["stages"].items()
-                         if state == RAN and entries[name])
+                         if state == StageState.RAN and entries[name])
     for name, state in row["stages"].items():
-        if state in (RAN, CACHED) and entries[name] and entries[name].meta.get("skipped"):
-            row["stages"][name] = SKIPPED_STAGE
+        if StageState(state).reached and entries[name] and entries[name].meta.get("skipped"):
+            row["stages"][name] = StageState.SKIPPED
     validate, bench, timed_golden = entries["validate"], entries["bench"], entries["golden_bench"]
     verdict = validate and ValidateMeta.of(validate)
     if verdict:
@@ -67,33 +61,33 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: 
         noise = [median_rse(t) for t in (row["kernel_timing"], row["golden_timing"])]
         if None not in noise:  # relative standard errors add in quadrature
             row["speedup_err"] = row["speedup"] * (noise[0] ** 2 + noise[1] ** 2) ** 0.5
-    if errors or FAILED in row["stages"].values():
-        row.update(status="FAIL", reason=_first_failure(errors))
+    if errors or StageState.FAILED in row["stages"].values():
+        row.update(status=Verdict.FAIL, reason=_first_failure(errors))
     elif verdict and verdict.skipped:
-        row.update(status="SKIPPED", skipped=verdict.skipped)
+        row.update(status=Verdict.SKIPPED, skipped=verdict.skipped)
     elif validate and bench:
-        row["status"] = "PASS"
+        row["status"] = Verdict.PASS
     else:
-        row["status"] = "INCOMPLETE"
+        row["status"] = Verdict.INCOMPLETE
     return row
 
 
 def passed(rows: list) -> bool:
     """Whether a run of these rows passed: no case failed (FAIL or INCOMPLETE); skips are not failures."""
-    return all(r["status"] in NOT_FAILED for r in rows)
+    return not any(Verdict(r["status"]).failed for r in rows)
 
 
 def counts(rows: list) -> dict:
     """How many cases have each status, worst first (those that occur)."""
     found = [r["status"] for r in rows]
-    return {status: found.count(status) for status in STATUSES if status in found}
+    return {status: found.count(status) for status in Verdict if status in found}
 
 
 def outcome_line(rows: list) -> str:
     """The run's last line: how many cases have each status, and plainly when nothing was verified
     because every case was skipped."""
     tally = counts(rows)
-    if tally == {"SKIPPED": len(rows)}:
+    if tally == {Verdict.SKIPPED: len(rows)}:
         return (f"all {len(rows)} selected case{'s' * (len(rows) > 1)} SKIPPED: nothing was verified on this "
                 "machine (the reasons are above)")
     return f"{len(rows)} case{'s' * (len(rows) > 1)}: " + ", ".join(f"{n} {s}" for s, n in tally.items())
@@ -163,7 +157,7 @@ def format_table(rows: list) -> str:
     lines += [f"{r['case']}: per rank, median us: " + ", ".join(f"{i}: {us:.1f}" for i, us in enumerate(r["rank_us"]))
               + (f"; LOAD IMBALANCE: {r['imbalance']}" if r["imbalance"] else "") for r in rows if r["rank_us"]]
     lines += [f"{r['case']}: FAIL at {r['reason']}" + (f"  (all messages: {shown(r['log'])})" if r.get("log") else "")
-              for r in rows if r["status"] == "FAIL"]
+              for r in rows if r["status"] == Verdict.FAIL]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ from . import config, graph, report, runtime
 from .errors import VerificationFailure
 from .outputs import Stats
 from .plan import FailedPlan
+from .verdicts import StageState, Verdict
 
 
 @dataclasses.dataclass
@@ -18,18 +19,18 @@ class RunResult:
     passed: bool
     error: str
     case: str
-    stages: dict  # stage -> "ran" | "cached" | "skipped" | "FAILED" | "-"
+    stages: dict  # stage -> StageState
     timings: dict  # stage -> seconds of the run that produced its entry
     work_dir: Path  # the case's runtime dir (written when it passes; see golden_tasks.replay)
     bench: dict  # kernel timing stats (us)
     golden_bench: dict  # golden timing stats (us)
     report: dict  # the summary row
-    status: str
+    status: Verdict
     skipped: str = None
 
     @property
     def failed(self) -> bool:
-        return self.status not in report.NOT_FAILED
+        return self.status.failed
 
     def __bool__(self):
         return not self.failed
@@ -51,18 +52,18 @@ def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
                 entry, ran = graph.execute(stage, plan, store, case)
             except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
                 detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
-                states[stage.name], errors[stage.name] = report.FAILED, f"{exc}{detail}"
+                states[stage.name], errors[stage.name] = StageState.FAILED, f"{exc}{detail}"
                 failed_max_abs = getattr(exc, "max_abs", None)
                 break
-            states[stage.name] = report.RAN if ran else report.CACHED
+            states[stage.name] = StageState.RAN if ran else StageState.CACHED
             timings[stage.name] = Stats.of(entry).seconds
     row = report.case_row(plan, states, errors, store, failed_max_abs=failed_max_abs)
-    if row["status"] == "PASS" and (plan.fresh or not runtime.is_current(plan, store, work_dir)):
+    if row["status"] == Verdict.PASS and (plan.fresh or not runtime.is_current(plan, store, work_dir)):
         runtime.materialize(plan, store, work_dir, row)
     tally = report.Tally()
     for stage, state in states.items():
-        if state in (report.RAN, report.CACHED):
-            tally.add(stage, plan.case, state == report.CACHED)
+        if state.reached:
+            tally.add(stage, plan.case, state == StageState.CACHED)
     store.log_run(tally.to_json())
     store.record_use({(stage, key) for stage, key in row["keys"].items() if key})
     return row, timings
@@ -112,9 +113,9 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
     bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.error else None
                            for s in ("bench", "golden_bench"))
     return RunResult(
-        passed=row["status"] == "PASS",
+        passed=row["status"] == Verdict.PASS,
         error="\n".join(row["errors"].values()) or (f"SKIPPED: {row['skipped']}" if row["skipped"] else None)
-        or (row["status"] if row["status"] != "PASS" else None),
+        or (row["status"] if row["status"] != Verdict.PASS else None),
         case=case_name, stages=row["stages"], timings=timings, work_dir=work_dir,
         bench=(bench and graph.load_timings(store, bench).kernel_us) or {},
         golden_bench=(golden_entry and graph.load_timings(store, golden_entry).golden_us) or {},

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .outputs import median_rse
+from .verdicts import Verdict
 
-STATUSES = ("PASS", "FAIL", "SKIPPED", "INCOMPLETE")
 FAIL_ON = ("any", "status", "slower", "none")
 
 
@@ -124,12 +124,14 @@ def load(path: Path) -> dict:
         field = f"cases[{i}]"
         if not isinstance(row, dict) or not isinstance(row.get("case"), str):
             raise BadRecord(f"{path}: {field}: expected an object with a case name")
-        if row.get("status") not in STATUSES:
-            raise BadRecord(f"{path}: {field}.status: expected one of {', '.join(STATUSES)}, "
-                            f"got {json.dumps(row.get('status'))}")
+        try:
+            status = Verdict(row.get("status"))
+        except ValueError:
+            raise BadRecord(f"{path}: {field}.status: expected one of {', '.join(Verdict)}, "
+                            f"got {json.dumps(row.get('status'))}") from None
         if row["case"] in rows:
             raise BadRecord(f"{path}: {field}: case {row['case']!r} appears twice")
-        rows[row["case"]] = dict(row, timing=_timing(row, path, f"{field}.kernel_timing"))
+        rows[row["case"]] = dict(row, status=status, timing=_timing(row, path, f"{field}.kernel_timing"))
     record["cases"] = rows
     return record
 
@@ -202,7 +204,7 @@ def compare(a_path: Path, b_path: Path, threshold: float = 0.02, sigmas: float =
     changed = [c for c in order if (a_rows.get(c) or {}).get("status") != (b_rows.get(c) or {}).get("status")]
     lines += ["", f"status changes: {len(changed) or 'none'}"]
     lines += [f"  {_status_line(c, a_rows.get(c), b_rows.get(c))}" for c in changed]
-    no_longer_pass = [c for c in changed if c in b_rows and a_rows.get(c, {}).get("status") == "PASS"]
+    no_longer_pass = [c for c in changed if c in b_rows and a_rows.get(c, {}).get("status") == Verdict.PASS]
 
     both = [c for c in order if c in a_rows and c in b_rows]
     table, verdicts = _timings(both, a_rows, b_rows, threshold, sigmas, drift)

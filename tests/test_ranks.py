@@ -13,7 +13,7 @@ import torch
 import golden_tasks
 from golden_tasks import ranks
 from golden_tasks.errors import StageFailed
-from golden_tasks.isolate import Outcome
+from golden_tasks.isolate import Ended, Outcome
 from golden_tasks.outputs import InputsMeta, Outputs
 from golden_tasks.stages.bench import imbalance, rank_stats
 from kernels import collectives, decode_attention
@@ -57,13 +57,13 @@ def test_each_rank_gets_its_view_and_outputs_come_back_whole():
 
 
 def failed(phase, communication, text="RuntimeError: boom"):
-    return Outcome("returned", ranks.RankFailure(phase, communication, text))
+    return Outcome(Ended.RETURNED, ranks.RankFailure(phase, communication, text))
 
 
 @pytest.mark.parametrize("outcomes,culprit,said", [
-    ([failed(ranks.IN_KERNEL, True), Outcome("crashed", "killed by signal SIGSEGV")], 1, "crashed: killed by signal"),
+    ([failed(ranks.IN_KERNEL, True), Outcome(Ended.CRASHED, "killed by signal SIGSEGV")], 1, "crashed: killed by signal"),
     ([failed(ranks.IN_KERNEL, True), failed(ranks.IN_KERNEL, False, "ValueError: mine")], 1, "an error in its kernel"),
-    ([failed(ranks.IN_KERNEL, True), Outcome("hung", 9)], 1, "hung: still running after the other ranks had failed"),
+    ([failed(ranks.IN_KERNEL, True), Outcome(Ended.HUNG, 9)], 1, "hung: still running after the other ranks had failed"),
     ([failed(ranks.AFTER_KERNEL, True), failed(ranks.IN_KERNEL, True)], 1, "hung in a collective in its kernel"),
 ])
 def test_the_verdict_names_the_rank_at_fault_not_its_victims(outcomes, culprit, said):

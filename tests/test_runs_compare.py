@@ -127,7 +127,7 @@ def test_regressions_are_listed_and_exit_1(tmp_path):
     (BASELINE, "{not json", "B.json: not JSON: Expecting property name enclosed in double quotes"),
     ("[1, 2]", BASELINE, "A.json: not a golden-tasks run record (runs/report.json): it has no list of cases"),
     (BASELINE, {"cases": [{"case": "x", "status": "GREEN"}]},
-     'B.json: cases[0].status: expected one of PASS, FAIL, SKIPPED, INCOMPLETE, got "GREEN"'),
+     'B.json: cases[0].status: expected one of FAIL, INCOMPLETE, SKIPPED, PASS, got "GREEN"'),
     (BASELINE, {"cases": [row("x"), row("x")]}, "B.json: cases[1]: case 'x' appears twice"),
     (BASELINE, {"cases": [row("x", kernel_timing={"median": "fast", "iqr": 0.01})]},
      'B.json: cases[0].kernel_timing.median: expected a finite number >= 0, got "fast"'),
