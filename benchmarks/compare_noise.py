@@ -28,6 +28,7 @@ from pathlib import Path
 
 from golden_tasks.outputs import median_rse
 from golden_tasks.runs_compare import DRIFT, Timing, judge
+from golden_tasks.verdicts import Speed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,7 @@ def main() -> None:
     print(f"\nruns: {args.runs}; comparisons with the first: {len(logs)}; drift of one run (rms log-ratio / sqrt 2): "
           f"{drift:.2%}; the default --drift: {DRIFT:.0%}")
     print("verdicts with the defaults: " + ", ".join(f"{v}: {len(c)}" for v, c in sorted(verdicts.items())))
-    for verdict in ("SLOWER", "FASTER"):
+    for verdict in (Speed.SLOWER, Speed.FASTER):
         if verdict in verdicts:
             print(f"{verdict}: {', '.join(sorted(set(verdicts[verdict])))}")
     slowed = judge(Timing(100.0, 0.01), Timing(130.0, 0.01)).verdict

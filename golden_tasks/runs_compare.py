@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .outputs import median_rse
-from .verdicts import Verdict
+from .verdicts import Speed, Verdict
 
 FAIL_ON = ("any", "status", "slower", "none")
 
@@ -63,7 +63,7 @@ class Change:
     """B's time over A's: the ratio, its standard error (None: unknown) and the verdict."""
     ratio: float
     err: float | None
-    verdict: str
+    verdict: Speed
 
     def describe(self) -> str:
         return f"{self.ratio:.3f} ±{'?' if self.err is None else f'{self.err:.3f}'}"
@@ -76,15 +76,15 @@ def judge(a: Timing, b: Timing, threshold: float = 0.02, sigmas: float = 3.0, dr
     """The verdict on B's timing against A's (the rule in the module docstring)."""
     ratio = b.median / a.median
     if a.rse is None or b.rse is None:
-        return Change(ratio, None, "UNCERTAIN")
+        return Change(ratio, None, Speed.UNCERTAIN)
     err = ratio * math.hypot(a.rse, b.rse, drift, drift)
     if ratio - 1 > sigmas * err and ratio - 1 > threshold:
-        return Change(ratio, err, "SLOWER")
+        return Change(ratio, err, Speed.SLOWER)
     if 1 - ratio > sigmas * err and 1 - ratio > threshold:
-        return Change(ratio, err, "FASTER")
+        return Change(ratio, err, Speed.FASTER)
     if 1 - threshold <= ratio - sigmas * err and ratio + sigmas * err <= 1 + threshold:
-        return Change(ratio, err, "SAME")
-    return Change(ratio, err, "UNCERTAIN")
+        return Change(ratio, err, Speed.SAME)
+    return Change(ratio, err, Speed.UNCERTAIN)
 
 
 def _number(value, path: Path, field: str, low: float, allow_none=False):
@@ -182,7 +182,7 @@ def _timings(cases: list, a_rows: dict, b_rows: dict, threshold: float, sigmas: 
             continue
         bench_key = (a.get("keys") or {}).get("bench")
         if bench_key and bench_key == (b.get("keys") or {}).get("bench") and a["kernel_timing"] == b["kernel_timing"]:
-            change, note = Change(1.0, 0.0, "SAME"), " (one measurement: the same bench entry)"
+            change, note = Change(1.0, 0.0, Speed.SAME), " (one measurement: the same bench entry)"
         else:
             change = judge(ta, tb, threshold, sigmas, drift)
             note = " (no noise estimate: fewer than two rounds)" if change.err is None else ""
@@ -209,8 +209,7 @@ def compare(a_path: Path, b_path: Path, threshold: float = 0.02, sigmas: float =
     both = [c for c in order if c in a_rows and c in b_rows]
     table, verdicts = _timings(both, a_rows, b_rows, threshold, sigmas, drift)
     lines += ["", *table] if both else ["", "no case in both runs"]
-    counts = ", ".join(f"{list(verdicts.values()).count(v)} {v.lower()}"
-                       for v in ("FASTER", "SLOWER", "SAME", "UNCERTAIN"))
+    counts = ", ".join(f"{list(verdicts.values()).count(v)} {v.lower()}" for v in Speed)
     lines += ["", f"cases in both runs: {len(both)}, timed in both: {len(verdicts)}: {counts} "
                   f"(FASTER/SLOWER: beyond {sigmas:g} standard errors and {threshold:.1%}; ± is one standard error, "
                   f"B/A's with {drift:.1%} of drift between runs)"]
@@ -219,7 +218,7 @@ def compare(a_path: Path, b_path: Path, threshold: float = 0.02, sigmas: float =
     if fail_on in ("any", "status"):
         regressions += [f"{c} ({a_rows[c]['status']} -> {b_rows[c]['status']})" for c in no_longer_pass]
     if fail_on in ("any", "slower"):
-        regressions += [f"{c} (SLOWER)" for c, v in verdicts.items() if v == "SLOWER"]
+        regressions += [f"{c} (SLOWER)" for c, v in verdicts.items() if v == Speed.SLOWER]
     lines.append(f"REGRESSED: {', '.join(regressions)}" if regressions
                  else f"no regression (--fail-on {fail_on})")
     return "\n".join(lines), 1 if regressions else 0

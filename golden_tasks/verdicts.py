@@ -39,3 +39,11 @@ class StageState(_Word):
     def reached(self) -> bool:
         """It has an entry of this run's key: it ran, or was found in the cache."""
         return self in (StageState.RAN, StageState.CACHED)
+
+
+class Speed(_Word):
+    """`golden-tasks compare`'s verdict on a kernel's time in run B against run A (runs_compare.judge)."""
+    FASTER = "FASTER"
+    SLOWER = "SLOWER"
+    SAME = "SAME"
+    UNCERTAIN = "UNCERTAIN"  # the noise is too large to tell
