@@ -17,15 +17,15 @@ from .fingerprint import Fingerprinter, changed_parts, parts
 from .forms import KernelForm, world_size
 from .hashing import canonical_json, digest_file
 from .observe import listed
-from .plan import SOURCE_FIELDS, Plan
+from .plan import SOURCE_FIELDS, BenchSettings, Plan
 from .specs import ScalarSpec, TensorSpec, placement_of, signature_of
-from .stages import Rounds
 from .untrusted import KernelFacts, KernelRef
 
 
 @dataclasses.dataclass
-class Case:
-    """One verification case.
+class Case(BenchSettings):
+    """One verification case, timed as its BenchSettings say (warmup, rounds, min_rounds, max_rounds,
+    rse, budget, flush: keyword arguments, with BenchSettings' defaults).
 
     `specs` is a list or a callable returning one (a callable keeps a bad spec
     from breaking the module's other cases); a callable with a `ranks`
@@ -53,16 +53,6 @@ class Case:
     seed: int = 0
     backend: str = None
     options: dict = dataclasses.field(default_factory=dict)
-    # how long the kernel and the golden are timed: stages.Rounds's settings by name, its defaults
-    # (warmup, then rounds until the mean's relative standard error is `rse`, or `budget` seconds are
-    # spent, within min_rounds..max_rounds; `rounds` fixes the count; `flush` empties the caches first)
-    warmup: int = 5
-    rounds: int = None
-    min_rounds: int = 10
-    max_rounds: int = 10_000
-    rse: float = 0.01
-    budget: float = 2.0
-    flush: bool = False
     timeout: float = 60.0  # seconds a kernel call may take before it counts as hung
     ranks: int = None  # the world size of a multi-rank kernel (default: the kernel's own)
     inputs_from: str = None  # a directory with in/<name>.pt for every scalar, In and InOut (see data.py)
@@ -95,11 +85,8 @@ class Case:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise SpecError(f"case {self.name!r}: duplicate spec names {', '.join(dupes)}")
-        if self.warmup < 0 or (self.rounds or 1) < 1 or not 1 <= self.min_rounds <= self.max_rounds:
-            raise SpecError(f"case {self.name!r}: warmup must be >= 0, rounds (when given) >= 1, and "
-                            "1 <= min_rounds <= max_rounds")
-        if not (self.rse > 0 and self.budget > 0):
-            raise SpecError(f"case {self.name!r}: rse and budget must be > 0, got {self.rse!r} and {self.budget!r}")
+        if problem := self.bench_problem():
+            raise SpecError(f"case {self.name!r}: {problem}")
         if not self.timeout > 0:
             raise SpecError(f"case {self.name!r}: timeout must be > 0 seconds, got {self.timeout!r}")
         for field in ("file_deps", "env_deps"):
@@ -180,7 +167,7 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         ranks=case.ranks,
         golden=fp(case.golden) if case.golden is not None else None,
         policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),
-        bench={f.name: getattr(case, f.name) for f in dataclasses.fields(Rounds)}, **data, external=external,
+        bench=case.bench_settings(), **data, external=external,
         parts={"kernel": parts(case.kernel, fp), "golden": parts(case.golden, fp) if case.golden is not None else {}},
         volatile=sorted(set(fp.volatile)), golden_protected=isinstance(case.kernel, KernelRef))
     return plan, fp.files | data_files | external_files

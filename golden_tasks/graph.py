@@ -36,7 +36,7 @@ from .outputs import (
     ValidateMeta,
     join_timing,
 )
-from .plan import Plan, keyed_fields
+from .plan import BenchSettings, Plan, keyed_fields
 from .store import CorruptObject, Entry, Store, object_problem
 from .toolchain import machine, toolchain, visible_gpus
 
@@ -72,10 +72,8 @@ def _making(plan: Plan) -> float:
 
 
 def _timing(plan: Plan) -> float:
-    """Seconds a timing of the golden may take (stages.Rounds.longest)."""
-    from .stages import Rounds  # noqa: PLC0415 -- the stages package imports no torch at its top
-
-    return Rounds(**plan.bench).longest(plan.timeout) + _making(plan)
+    """Seconds a timing of the golden may take (BenchSettings.longest)."""
+    return BenchSettings(**plan.bench).longest(plan.timeout) + _making(plan)
 
 
 STAGES = (

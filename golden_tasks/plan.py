@@ -98,7 +98,50 @@ def _switch(name: str, text: str) -> bool:
     return text == "1"
 
 
-# The benchmark's settings a doit variable overrides (stages.Rounds has them all).
+@dataclasses.dataclass(kw_only=True)
+class BenchSettings:
+    """How long the kernel and the golden are timed, declared once: a Case's settings by these names
+    (Case inherits them), Plan.bench (as a dict, overridden by the doit variables of _BENCH_VARIABLES)
+    and the rule the timing stages follow (stages.adaptive_rounds). `warmup` untimed calls (fewer when
+    they alone spend a quarter of the budget), then rounds until the mean's relative standard error is
+    at most `rse`, or `budget` seconds of rounds are spent, within `min_rounds` and `max_rounds`;
+    `rounds` fixes the count instead (no noise target, no budget). `flush` evicts the last-level cache
+    (a GPU's L2) before every round, so each round starts cold."""
+    warmup: int = 5
+    rounds: int = None
+    min_rounds: int = 10
+    max_rounds: int = 10_000
+    rse: float = 0.01
+    budget: float = 2.0
+    flush: bool = False
+
+    def bench_settings(self) -> dict:
+        """These settings by name (Plan.bench)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(BenchSettings)}
+
+    def bench_problem(self) -> str | None:
+        """What makes these settings unusable, or None."""
+        if self.warmup < 0 or (self.rounds or 1) < 1 or not 1 <= self.min_rounds <= self.max_rounds:
+            return "warmup must be >= 0, rounds (when given) >= 1, and 1 <= min_rounds <= max_rounds"
+        if not (self.rse > 0 and self.budget > 0):
+            return f"rse and budget must be > 0, got {self.rse!r} and {self.budget!r}"
+        return None
+
+    @property
+    def bounds(self) -> tuple:
+        """(least rounds, most rounds, noise target, budget in seconds) in effect."""
+        if self.rounds is not None:
+            return self.rounds, self.rounds, 0.0, float("inf")
+        return self.min_rounds, self.max_rounds, self.rse, self.budget
+
+    def longest(self, timeout: float) -> float:
+        """Seconds a timing may take when each call takes up to `timeout`: the warmup, the least rounds,
+        and the budget with one more round."""
+        least, _, _, budget = self.bounds
+        return timeout * (self.warmup + least + 1) + (budget if self.rounds is None else 0.0)
+
+
+# The benchmark's settings a doit variable overrides (BenchSettings has them all).
 _BENCH_VARIABLES = {"warmup": _count(0), "rounds": _count(1), "rse": _positive,
                     "budget": lambda name, text: _positive(name, text, " of seconds"), "flush": _switch}
 
@@ -142,7 +185,7 @@ class Plan:
     golden: str = _field("case", _RUNNING_GOLDEN, replay="the saved golden may no longer be the intended reference")
     policy: str = _field("case", ("validate",),
                          replay="the saved validation policy (tolerances, comparators) differs from the case's")
-    # stages.Rounds: how long the kernel and the golden are timed
+    # BenchSettings' settings by name: how long the kernel and the golden are timed
     bench: dict = _field("run", ("bench", "golden_bench"), variable=Variable(tuple(_BENCH_VARIABLES), _bench),
                          default={})
     # in no key: `fresh=1` measures the timing stages again and replaces their entries (graph.Stage.timing;

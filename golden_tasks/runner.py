@@ -7,7 +7,7 @@ from pathlib import Path
 from . import config, graph, report, runtime
 from .errors import VerificationFailure
 from .outputs import Stats
-from .plan import FailedPlan
+from .plan import BenchSettings, FailedPlan
 from .verdicts import StageState, Verdict
 
 
@@ -90,10 +90,12 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
     from .case import Case, plan_of  # noqa: PLC0415 -- imports torch: not for verify's callers
     from .forms import KernelForm  # noqa: PLC0415 -- as above
 
-    # Case's options that run() passes on (its name, specs, kernel and golden are run()'s arguments; its
-    # root is the current directory).
-    run_options = [f.name for f in dataclasses.fields(Case) if f.name not in ("name", "specs", "kernel", "golden",
-                                                                              "root")]
+    # Case's options that run() passes on, its bench settings last (its name, specs, kernel and golden are
+    # run()'s arguments; its root is the current directory).
+    bench = {f.name for f in dataclasses.fields(BenchSettings)}
+    run_options = sorted((f.name for f in dataclasses.fields(Case) if f.name not in ("name", "specs", "kernel",
+                                                                                       "golden", "root")),
+                         key=lambda name: name in bench)
     if not isinstance(fn, (KernelForm, str)):
         raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, or the import path "
                         f"of one, got {fn!r}")

@@ -10,7 +10,7 @@ from golden_tasks.errors import StageFailed
 from golden_tasks.outputs import CompileMeta, InputsMeta
 from golden_tasks.plan import Plan
 from golden_tasks.specs import signature_of, stamp_all
-from golden_tasks.stages import Outputs, Rounds, abi, dispatch, golden, golden_bench, inputs, measure, validate
+from golden_tasks.stages import BenchSettings, Outputs, abi, dispatch, golden, golden_bench, inputs, measure, validate
 
 
 @jit(backend="eager")
@@ -147,7 +147,7 @@ def test_validate_passes_fails_and_rejects_unknown_outputs(upstream, tmp_path):
 
 def test_bench_measures_rounds():
     calls = []
-    stats = measure(lambda: calls.append(1), Rounds(warmup=3, rounds=7))
+    stats = measure(lambda: calls.append(1), BenchSettings(warmup=3, rounds=7))
     assert len(calls) == 10 and stats["rounds"] == 7 and stats["stopped"] == "rounds" and len(stats["times"]) == 7
     assert 0 <= stats["min"] <= stats["median"] <= stats["max"] and stats["min"] <= stats["mean"] <= stats["max"]
 
@@ -168,20 +168,20 @@ class FakeClock:
 def test_adaptive_rounds_stop_on_noise_budget_or_round_count():
     from golden_tasks.stages import adaptive_rounds
 
-    rule = Rounds(warmup=5, min_rounds=10, max_rounds=1000, rse=0.01, budget=60.0)
+    rule = BenchSettings(warmup=5, min_rounds=10, max_rounds=1000, rse=0.01, budget=60.0)
     steady = FakeClock([1.0] * 5 + [0.01] * 100)  # 5 warmup calls, then identical rounds
     times, why, warmed = adaptive_rounds(steady.call, rule, clock=steady)
     assert why == "noise" and len(times) == 10 and warmed == 5  # no fewer than min_rounds, even with no noise
     noisy = FakeClock([0.01, 0.05] * 500)
-    times, why, _ = adaptive_rounds(noisy.call, Rounds(warmup=0, min_rounds=10, rse=0.001, budget=1.0), clock=noisy)
+    times, why, _ = adaptive_rounds(noisy.call, BenchSettings(warmup=0, min_rounds=10, rse=0.001, budget=1.0), clock=noisy)
     assert why == "budget" and len(times) == 34  # 0.03 s a round on average: the 1 s budget is spent after 34
-    times, why, _ = adaptive_rounds(noisy.call, Rounds(warmup=0, max_rounds=20, rse=0.001), clock=noisy)
+    times, why, _ = adaptive_rounds(noisy.call, BenchSettings(warmup=0, max_rounds=20, rse=0.001), clock=noisy)
     assert why == "rounds" and len(times) == 20
-    times, why, _ = adaptive_rounds(noisy.call, Rounds(warmup=0, rounds=7, rse=1.0, budget=0.001), clock=noisy)
+    times, why, _ = adaptive_rounds(noisy.call, BenchSettings(warmup=0, rounds=7, rse=1.0, budget=0.001), clock=noisy)
     assert why == "rounds" and len(times) == 7  # a fixed count ignores the noise target and the budget
     seen = []  # every rank decides on the agreed (slowest) times: steady here, but a noisy peer keeps it going
     slow = FakeClock([0.01] * 100)
-    times, why, _ = adaptive_rounds(slow.call, Rounds(warmup=0, min_rounds=5, max_rounds=100), clock=slow,
+    times, why, _ = adaptive_rounds(slow.call, BenchSettings(warmup=0, min_rounds=5, max_rounds=100), clock=slow,
                                     agree=lambda us, s: seen.append(us) or (us * (2 + len(seen) % 2), s))
     assert why == "rounds" and len(times) == 100 and len(seen) == 100
 
@@ -191,12 +191,12 @@ def test_adaptive_warmup_is_cut_short_by_a_quarter_of_the_budget_and_refreshes_e
 
     expensive = FakeClock([2.0] * 20)  # a 2 s call: 5 warmup calls would spend the whole 10 s budget
     refreshed = []
-    times, why, warmed = adaptive_rounds(expensive.call, Rounds(warmup=5, min_rounds=3, budget=10.0),
+    times, why, warmed = adaptive_rounds(expensive.call, BenchSettings(warmup=5, min_rounds=3, budget=10.0),
                                          before=lambda _: refreshed.append(expensive.now), clock=expensive)
     assert warmed == 2 and why == "noise" and len(times) == 3  # 2 warmups spend 4 s > 2.5 s; no noise, 3 rounds
     assert len(refreshed) == warmed + len(times)
     agreed = FakeClock([0.1] * 20)  # this rank is quick, a peer is not: every rank stops warming up together
-    _, _, warmed = adaptive_rounds(agreed.call, Rounds(warmup=5, min_rounds=3, budget=10.0), clock=agreed,
+    _, _, warmed = adaptive_rounds(agreed.call, BenchSettings(warmup=5, min_rounds=3, budget=10.0), clock=agreed,
                                    agree=lambda us, s: (us, s + 3.0))
     assert warmed == 1
 

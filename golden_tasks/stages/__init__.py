@@ -6,13 +6,13 @@ stage it reads to that stage's Outputs (golden_tasks.outputs declares them). A
 stage knows nothing about doit or the store; a FAIL verdict is a raised
 StageFailed.
 """
-import dataclasses
 import statistics
 import time
 from pathlib import Path
 
 from ..errors import StageFailed  # the stages' failure type, for their callers
 from ..outputs import Outputs  # what they return
+from ..plan import BenchSettings
 
 
 def same_bits(a, b) -> bool:
@@ -22,36 +22,7 @@ def same_bits(a, b) -> bool:
     return a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
 
 
-@dataclasses.dataclass(frozen=True)
-class Rounds:
-    """How long a timing runs (Plan.bench, from the case and the doit variables): `warmup` untimed
-    calls (fewer when they alone spend a quarter of the budget), then rounds until the mean's relative
-    standard error is at most `rse`, or `budget` seconds of rounds are spent, within `min_rounds` and
-    `max_rounds`; `rounds` fixes the count instead (no noise target, no budget). `flush` evicts the
-    last-level cache (a GPU's L2) before every round, so each round starts cold."""
-    warmup: int = 5
-    rounds: int = None
-    min_rounds: int = 10
-    max_rounds: int = 10_000
-    rse: float = 0.01
-    budget: float = 2.0
-    flush: bool = False
-
-    @property
-    def bounds(self) -> tuple:
-        """(least rounds, most rounds, noise target, budget in seconds) in effect."""
-        if self.rounds is not None:
-            return self.rounds, self.rounds, 0.0, float("inf")
-        return self.min_rounds, self.max_rounds, self.rse, self.budget
-
-    def longest(self, timeout: float) -> float:
-        """Seconds a timing may take when each call takes up to `timeout`: the warmup, the least rounds,
-        and the budget with one more round."""
-        least, _, _, budget = self.bounds
-        return timeout * (self.warmup + least + 1) + (budget if self.rounds is None else 0.0)
-
-
-def adaptive_rounds(call, rule: Rounds, before=None, agree=None, clock=time.perf_counter, timer=None,
+def adaptive_rounds(call, rule: BenchSettings, before=None, agree=None, clock=time.perf_counter, timer=None,
                     after=None, marked=None) -> tuple:
     """Time `call` as `rule` says: (round times in microseconds, why it stopped: "noise", "budget" or
     "rounds", the warmup calls made). `before(i)` runs before every call and `after(i)` after it (i:
@@ -139,7 +110,7 @@ def summary(times: list, stopped: str, warmup: int) -> dict:
             "rounds": len(times), "warmup": warmup, "stopped": stopped, "times": list(times)}
 
 
-def measure(call, rule: Rounds, before=None) -> dict:
+def measure(call, rule: BenchSettings, before=None) -> dict:
     """The summary of timing `call` as `rule` says (adaptive_rounds)."""
     return summary(*adaptive_rounds(call, rule, before))
 

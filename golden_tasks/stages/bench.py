@@ -41,7 +41,7 @@ import torch
 
 from .. import isolate, ranks
 from ..outputs import POLICY_FILE, BenchMeta, Stats
-from . import Outputs, Rounds, StageFailed, adaptive_rounds, cache_flush, load_checked, same_bits, summary
+from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, load_checked, same_bits, summary
 from .inputs2 import unseen_sets
 from .validate import blank
 
@@ -98,7 +98,7 @@ def _device(device: str) -> dict:
     return found
 
 
-def unseen_rounds(draw: int, rule: Rounds, sets: int) -> dict:
+def unseen_rounds(draw: int, rule: BenchSettings, sets: int) -> dict:
     """Timed round -> the unseen set (2, 3, ...) it uses, at positions drawn from `draw` among the least
     rounds (every rank and the caller draw the same); at most one in three of them."""
     least = rule.bounds[0]
@@ -155,7 +155,7 @@ class _Reservoir:
             self.rounds[k][j] = round_
 
 
-def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str, sets: int, draw: int,
+def time_kernel(kernel, args: list, rank, rule: BenchSettings, table: list, device: str, sets: int, draw: int,
                 slots: dict, marks, read: dict) -> dict:
     """Runs in each rank. `args` holds the arguments of each of the `sets` argument sets in turn (the two
     checked ones, then the unseen ones); `slots[rank]`: _Reservoir's buffers; `marks`: where the rank tells
@@ -230,7 +230,7 @@ def time_kernel(kernel, args: list, rank, rule: Rounds, table: list, device: str
     # is a first time), restoring copies (the outputs of the last rounds are judged)
     spare = _Fresh([a.clone() if isinstance(a, torch.Tensor) else a for a in per_set[0]], table)
     used = _thread_time()
-    adaptive_rounds(lambda: None, Rounds(warmup=0, rounds=NOOP_ROUNDS), functools.partial(before, noop=True),
+    adaptive_rounds(lambda: None, BenchSettings(warmup=0, rounds=NOOP_ROUNDS), functools.partial(before, noop=True),
                     agree, timer=timer, after=lambda i: watch.after(PROCESS_ROUNDS + i))  # looks as in late rounds
     harness = (_thread_time() - used) / NOOP_ROUNDS
     return {"times": times, "stopped": stopped, "warmup": warmed, "left_running": watch.found, "harness": harness,
@@ -405,7 +405,7 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
     artifact = load_checked(compile, abi)
     if reason := artifact.unavailable() or ranks.unavailable(artifact, plan.ranks):
         return Outputs(meta=BenchMeta(skipped=reason))
-    rule, table = Rounds(**plan.bench), abi.meta.table
+    rule, table = BenchSettings(**plan.bench), abi.meta.table
     what = f"the kernel of {plan.case} (in its benchmark)"
     judged = not validate.skipped  # a case without a golden is timed, with nothing to judge against
     second = second_set(inputs, inputs2, golden2) if judged else "not checked: the case has no golden"

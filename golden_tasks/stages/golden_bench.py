@@ -1,8 +1,8 @@
-"""Golden bench: time the golden on the inputs, as the benchmark times the kernel (stages.Rounds), for
+"""Golden bench: time the golden on the inputs, as the benchmark times the kernel (plan.BenchSettings), for
 the report's speedup. InOut arguments are restored before every round, so each round does the same work.
 """
 from ..outputs import Meta, Stats
-from . import Outputs, Rounds, cache_flush, measure
+from . import BenchSettings, Outputs, cache_flush, measure
 from .golden import NO_GOLDEN, arguments
 
 
@@ -11,7 +11,7 @@ def run(case, plan, workdir, abi, inputs):
         return Outputs(meta=Meta(skipped="its golden comes from a data directory"))
     if case.golden is None:
         return Outputs(meta=Meta(skipped=NO_GOLDEN))
-    rule = Rounds(**plan.bench)
+    rule = BenchSettings(**plan.bench)
     args = arguments(case, plan.seed, abi, inputs)
     initial = {name: inputs.tensors[name] for name in args if name in inputs.tensors}
     flush = cache_flush("cpu") if rule.flush else None
