@@ -234,15 +234,13 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
     plan, stage = plans[case], graph.BY_NAME[stage_name]
     if plan.error:
         return f"{target}: the case cannot be planned: {plan.error}"
-    if plan.volatile:
-        return (f"{target} is not up to date: it recomputes on every run: it depends on what cannot be "
-                f"fingerprinted: {'; '.join(plan.volatile)}")
-    key, upstream = graph.resolve(stage, plan, store)
-    if key is None:
-        missing = [n for n in stage.reads if graph.cached(graph.BY_NAME[n], plan, store) is None]
-        return f"{target} is not up to date: its upstream {', '.join(missing)} is not cached, so it runs after them"
-    if store.get(stage_name, key):
-        return f"{target} is up to date (key {key[:16]})"
+    found = {}
+    missed = graph.not_cached(stage, plan, store, found)
+    if missed is None:
+        return f"{target} is up to date (key {found[stage_name].key[:16]})"
+    if missed.kind is not graph.Missing.NO_ENTRY:
+        return f"{target} is not up to date: {missed}"
+    _, upstream = graph.resolve(stage, plan, store, found)
     current = graph.recipe(stage, plan, upstream)
     current["parts"] = graph.parts_detail(stage, plan)
     previous = [(e, recipe) for _, e in sorted(entries(store), key=lambda pe: pe[0].stat().st_mtime)

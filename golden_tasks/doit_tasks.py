@@ -184,28 +184,15 @@ _hits = {}
 
 
 def _why_not_cached(stage: graph.Stage, plan: Plan, store: Store, root: Path, hits: dict) -> str | None:
-    """Why `stage` of `plan` has no usable cached entry, or None when it has one. The truth value is
-    graph.cached's (never a hit it would not give); the reasons cost lookups only on a miss. `hits`:
-    the case's entries found cached so far in this run, to which a hit is added."""
-    if graph.remeasured(stage, plan):
-        return "fresh=1 measures its timings again"
+    """graph.not_cached's answer as text, or None when the stage is cached; a stage with no entry under
+    its key names the command that says what changed. `hits`: the case's entries found cached so far in
+    this run, to which a hit is added."""
     found = dict(hits)
-    key, _ = graph.resolve(stage, plan, store, found)
+    missed = graph.not_cached(stage, plan, store, found)
     hits.update({name: entry for name, entry in found.items() if entry is not None})
-    if key is None:
-        missing = [n for n in stage.reads if graph.cached(graph.BY_NAME[n], plan, store, found) is None]
-        return f"its key depends on upstream {', '.join(missing)}, not cached yet"
-    if (hit := store.get(stage.name, key)) is not None:
-        hits[stage.name] = hit
-        return None
-    if plan.volatile:
-        return f"it recomputes on every run: it depends on what cannot be fingerprinted: {'; '.join(plan.volatile)}"
-    # an entry the lookup dropped as damaged (with a warning), or one it cannot parse
-    if any((stage.name, key) in s.dropped or s.entry_path(stage.name, key).exists()
-           for s in (store, store.overlay) if s is not None):
-        return f"its cached entry (key {key[:16]}) is damaged or unreadable, so it is computed again"
-    return (f"no cached entry under its key {key[:16]}; "
-            f"`{_explain_command(root, f'{stage.name}:{plan.case}')}` names what changed since its last run")
+    if missed is None or missed.kind is not graph.Missing.NO_ENTRY:
+        return missed and str(missed)
+    return f"{missed}; `{_explain_command(root, f'{stage.name}:{plan.case}')}` names what changed since its last run"
 
 
 def _explain_command(root: Path, task: str) -> str:

@@ -16,6 +16,7 @@ stage whose upstream re-ran but produced the same digests is not re-run
 (early cutoff).
 """
 import dataclasses
+import enum
 import functools
 import importlib
 import json
@@ -165,6 +166,56 @@ def cached(stage: Stage, plan: Plan, store: Store, found: dict = None):
         key, _ = resolve(stage, plan, store, found)
         found[stage.name] = store.get(stage.name, key) if key else None
     return found[stage.name]
+
+
+class Missing(enum.Enum):
+    """Why a stage has no usable cached entry (NotCached.kind)."""
+    REMEASURED = "fresh=1 measures its timings again"
+    UPSTREAM = "an upstream stage is not cached yet, so its key is not known"
+    VOLATILE = "it recomputes on every run"
+    DAMAGED = "its cached entry is damaged or unreadable"
+    NO_ENTRY = "no cached entry under its key"
+
+
+@dataclasses.dataclass(frozen=True)
+class NotCached:
+    """Why a stage is not cached: the kind, and the detail that names it (the upstream stages not
+    cached, the reasons it is volatile) or the key it has no entry under."""
+    kind: Missing
+    detail: str
+
+    def __str__(self) -> str:
+        if self.kind is Missing.UPSTREAM:
+            return f"its key depends on upstream {self.detail}, not cached yet"
+        if self.kind is Missing.VOLATILE:
+            return f"it recomputes on every run: it depends on what cannot be fingerprinted: {self.detail}"
+        if self.kind is Missing.DAMAGED:
+            return f"its cached entry (key {self.detail[:16]}) is damaged or unreadable, so it is computed again"
+        if self.kind is Missing.NO_ENTRY:
+            return f"no cached entry under its key {self.detail[:16]}"
+        return self.kind.value
+
+
+def not_cached(stage: Stage, plan: Plan, store: Store, found: dict) -> NotCached | None:
+    """Why `stage` of `plan` has no usable cached entry, or None when it has one (the answer of `cached`,
+    never a hit it would not give; the reasons cost lookups only on a miss). `found` as `resolve`'s:
+    the entry found is added to it."""
+    if remeasured(stage, plan):
+        return NotCached(Missing.REMEASURED, "")
+    if plan.volatile:  # every key holds this run's nonce (Plan.for_this_run): nothing is found, upstream neither
+        return NotCached(Missing.VOLATILE, "; ".join(plan.volatile))
+    key, _ = resolve(stage, plan, store, found)
+    if key is None:
+        missing = [n for n in stage.reads if cached(BY_NAME[n], plan, store, found) is None]
+        return NotCached(Missing.UPSTREAM, ", ".join(missing))
+    if (hit := store.get(stage.name, key)) is not None:
+        found[stage.name] = hit
+        return None
+    # an entry the lookup dropped as damaged (with a warning), or one it cannot parse
+    if any((stage.name, key) in s.dropped or s.entry_path(stage.name, key).exists()
+           for s in (store, store.overlay) if s is not None):
+        return NotCached(Missing.DAMAGED, key)
+    return NotCached(Missing.NO_ENTRY, key)
 
 
 def snapshot(plan: Plan, store: Store, found: dict = None) -> dict:
