@@ -26,18 +26,9 @@ from .layout import LayoutError, layout
 from .library import planned_library, run_variables, unknown_variables
 from .runs_compare import DRIFT, FAIL_ON, BadRecord, compare
 from .scaffold import InitRefused, init
-from .store import CorruptObject, Entry, Store, object_problem
+from .store import CorruptObject, Store, object_problem
 
 UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-
-
-def entries(store: Store):
-    """(path, Entry) for every readable entry manifest."""
-    for path in sorted((store.root / "entries").glob("*/*/*.json")):
-        try:
-            yield path, Entry(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            continue
 
 
 def _variable(text: str) -> str:
@@ -76,7 +67,7 @@ def _human(n: float) -> str:
 
 def cmd_stats(store: Store, args) -> int:
     per_stage = {}
-    for _, entry in entries(store):
+    for _, entry in store.entries():
         count, objects = per_stage.setdefault(entry.stage, [0, {}])
         per_stage[entry.stage][0] = count + 1
         objects.update({r["digest"]: r["nbytes"] for r in entry.objects.values()})
@@ -85,16 +76,11 @@ def cmd_stats(store: Store, args) -> int:
     for stage in [s.name for s in graph.STAGES] + sorted(set(per_stage) - set(graph.BY_NAME)):
         count, objects = per_stage.get(stage, (0, {}))
         print(f"{stage:10} {count:8d} {_human(sum(objects.values())):>12}")
-    on_disk = sum(p.stat().st_size for p in (store.root / "objects").glob("*/*") if p.is_file())
+    on_disk = sum(p.stat().st_size for p in store.object_files())
     print(f"objects on disk: {_human(on_disk)}")
-    try:
-        runs = (store.root / "log" / "runs.jsonl").read_text().splitlines()[-args.runs:]
-    except OSError:
-        runs = []
-    if runs:
+    if runs := store.runs_logged(args.runs):
         print(f"\nlast {len(runs)} runs:")
-        for line in runs:
-            run = json.loads(line)
+        for run in runs:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["time"]))
             hits, misses = sum(run["hits"].values()), sum(run["misses"].values())
             print(f"  {when}  {run['cases']} cases, {hits} hits, {misses} misses")
@@ -103,13 +89,13 @@ def cmd_stats(store: Store, args) -> int:
 
 def cmd_verify(store: Store, args) -> int:
     bad = 0
-    for path in sorted((store.root / "objects").glob("*/*")):
-        if path.is_file() and not path.name.startswith(".") and digest_file(path) != path.name:
+    for path in sorted(store.object_files()):
+        if not path.name.startswith(".") and digest_file(path) != path.name:
             bad += 1
             print(f"corrupt object {path}")
             if args.drop:
                 path.unlink()
-    for path, entry in entries(store):
+    for path, entry in store.entries():
         if not entry.intact():
             bad += 1
             print(f"bad entry {entry.stage}:{entry.case} ({path.name}): its record does not match its digest")
@@ -151,7 +137,7 @@ def cmd_gc(store: Store, args) -> int:
         print("the cache is read-only (GOLDEN_TASKS_CACHE_READONLY): nothing collected", file=sys.stderr)
         return 2
     recorded = store.last_used()
-    listed = list(entries(store))
+    listed = list(store.entries())
     used = {p: max(p.stat().st_mtime, recorded.get((e.stage, e.key), 0.0)) for p, e in listed}
     live = sorted(listed, key=lambda pe: used[pe[0]])  # least recently used first
     drop = set()
@@ -177,13 +163,13 @@ def cmd_gc(store: Store, args) -> int:
                     total -= sizes[record["digest"]]
     for path in drop:
         path.unlink(missing_ok=True)
-    kept = [e for _, e in entries(store)]
+    kept = [e for _, e in store.entries()]
     _forget_reports(store, {(e.stage, e.key) for e in kept})
     referenced = {r["digest"] for e in kept for r in e.objects.values()} | {e.recipe for e in kept if e.recipe}
     freed, removed = 0, 0
-    for path in (store.root / "objects").glob("*/*"):
+    for path in store.object_files():
         stale_tmp = path.name.endswith(".tmp") and time.time() - path.stat().st_mtime > 3600
-        if path.is_file() and (stale_tmp or (not path.name.startswith(".") and path.name not in referenced)):
+        if stale_tmp or (not path.name.startswith(".") and path.name not in referenced):
             freed += path.stat().st_size
             path.unlink(missing_ok=True)
             removed += 1
@@ -194,16 +180,10 @@ def cmd_gc(store: Store, args) -> int:
 def _forget_reports(store: Store, kept: set) -> None:
     """Remove what reports keep in the cache for entries gc dropped: a case's figures once an entry they
     were drawn from is gone, and a record of use (log/used) once none of its entries is left."""
-    for path in (store.root / "plots").glob("*.json"):
+    for path in store.plot_files():
         if not (shown := drawn_from(path)) or not shown <= kept:  # unreadable: drawn again when needed
             path.unlink(missing_ok=True)
-    for path in (store.root / "log" / "used").glob("*.txt"):
-        try:
-            listed = {tuple(line.split("/", 1)) for line in path.read_text().split()}
-        except OSError:
-            continue
-        if not listed & kept:
-            path.unlink(missing_ok=True)
+    store.forget_use(kept)
 
 
 def _diff(old, new, path="") -> list:
@@ -243,7 +223,7 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
     _, upstream = graph.resolve(stage, plan, store, found)
     current = graph.recipe(stage, plan, upstream)
     current["parts"] = graph.parts_detail(stage, plan)
-    previous = [(e, recipe) for _, e in sorted(entries(store), key=lambda pe: pe[0].stat().st_mtime)
+    previous = [(e, recipe) for _, e in sorted(store.entries(), key=lambda pe: pe[0].stat().st_mtime)
                 if e.stage == stage_name and e.case == case and (recipe := store.recipe(e))]
     if not previous:
         return f"{target} is not up to date: it has never run with this cache"

@@ -561,15 +561,11 @@ def plot_key(row: dict) -> str:
     return digest_json({**drawn_from, "policy": fingerprints["policy"], "code": _drawing_code()})
 
 
-def _plots_path(store, key: str) -> Path:
-    return store.root / "plots" / f"{key}.json"
-
-
 def remembered_plots(store, row: dict) -> list:
     """The case's figures as drawn before from the same content, or None."""
     key = plot_key(row)
     try:
-        return key and [Plot(**p) for p in json.loads(_plots_path(store, key).read_text())["plots"]]
+        return key and [Plot(**p) for p in json.loads(store.plot_path(key).read_text())["plots"]]
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
@@ -581,7 +577,7 @@ def remember_plots(store, row: dict, plots: list) -> None:
     if key and not store.readonly:
         shown = [[stage, row["keys"][stage]] for stage in _DRAWN_FROM if row["keys"].get(stage)]
         text = json.dumps({"drawn_from": shown, "plots": [dataclasses.asdict(p) for p in plots]}).encode()
-        atomic_write(_plots_path(store, key), lambda f: f.write(text))
+        atomic_write(store.plot_path(key), lambda f: f.write(text))
 
 
 def drawn_from(path: Path) -> set:

@@ -178,6 +178,11 @@ class Store:
             self._write_object(digest, lambda f: shutil.copyfileobj(s, f))
         return {"digest": digest, "nbytes": os.path.getsize(src)}
 
+    def object_files(self):
+        """The path of every file in this store's objects folder (not its overlay's): objects, and the
+        temporary files of writes in progress or interrupted (*.tmp, dot-files)."""
+        return (p for p in (self.root / "objects").glob("*/*") if p.is_file())
+
     def _write_object(self, digest: str, write) -> None:
         path = self.object_path(digest)
         if path.exists():
@@ -192,6 +197,14 @@ class Store:
 
     def _entry_file(self, stage: str, key: str) -> str:
         return f"{self._root}/entries/{stage}/{key[:2]}/{key}.json"
+
+    def entries(self):
+        """(path, Entry) for every readable entry manifest in this store (not its overlay), by path."""
+        for path in sorted((self.root / "entries").glob("*/*/*.json")):
+            try:
+                yield path, Entry(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                continue
 
     def get(self, stage: str, key: str):
         """The valid entry for (stage, key), or None.
@@ -313,6 +326,13 @@ class Store:
         """Remove a small file under the store (the overlay's, when read-only), if it exists."""
         ((self.overlay if self.readonly else self).root / relative).unlink(missing_ok=True)
 
+    def plot_path(self, key: str) -> Path:
+        """Where the HTML report keeps the figures it drew from entries, under the page's content `key`."""
+        return self.root / "plots" / f"{key}.json"
+
+    def plot_files(self) -> list:
+        return list((self.root / "plots").glob("*.json"))
+
     def write_json(self, relative: str, data) -> None:
         text = json.dumps(data, sort_keys=True, indent=1).encode()
         atomic_write(((self.overlay if self.readonly else self).root / relative), lambda f: f.write(text))
@@ -347,6 +367,24 @@ class Store:
                 stage, _, key = line.partition("/")
                 last[stage, key] = max(when, last.get((stage, key), 0.0))
         return last
+
+    def forget_use(self, kept: set) -> None:
+        """Remove each record of use (record_use) that lists none of the entries `kept` ((stage, key))."""
+        for path in (self.root / "log" / "used").glob("*.txt"):
+            try:
+                listed = {tuple(line.split("/", 1)) for line in path.read_text().split()}
+            except OSError:
+                continue
+            if not listed & kept:
+                path.unlink(missing_ok=True)
+
+    def runs_logged(self, last: int) -> list:
+        """The hit/miss counts of the last `last` runs (log_run), oldest first."""
+        try:
+            lines = (self.root / "log" / "runs.jsonl").read_text().splitlines()[-last:]
+        except OSError:
+            return []
+        return [json.loads(line) for line in lines]
 
     def log_run(self, counts: dict) -> None:
         """Append one run's hit/miss counts to log/runs.jsonl (not in read-only mode)."""
