@@ -15,7 +15,9 @@ runs the golden through the graph and validates, and every process exits with th
 PASS (or SKIPPED), 1 for FAIL, 2 for a launch it cannot use. The processes are the launcher's: a
 crash ends that process, and the launcher ends the others.
 """
+import dataclasses
 import datetime
+import json
 import os
 import pickle
 import sys
@@ -33,6 +35,7 @@ from .library import Library
 from .stages import load_checked
 from .stages.dispatch import call_kernel
 from .stages.validate import blank, judge
+from .verdicts import Verdict
 
 LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 GRACE_SECONDS = 5.0  # for the ranks to read the verdict, and a hung rank's to end after it
@@ -54,6 +57,28 @@ def launched_rank() -> tuple[int, int]:
     return int(rank), int(world)
 
 
+@dataclasses.dataclass(frozen=True)
+class RankVerdict:
+    """The case's verdict, which rank 0 gives every rank through the launcher's store (as JSON), and why
+    (a FAIL's message, a SKIPPED case's reason)."""
+    verdict: Verdict
+    detail: str = ""
+
+    def __str__(self) -> str:
+        """As printed: PASS, SKIPPED: <reason>, or FAIL and its message on the lines below."""
+        if not self.detail:
+            return str(self.verdict)
+        return f"{self.verdict}: {self.detail}" if self.verdict == Verdict.SKIPPED else f"{self.verdict}\n{self.detail}"
+
+    def to_json(self) -> str:
+        return json.dumps({"verdict": self.verdict, "detail": self.detail})
+
+    @classmethod
+    def from_json(cls, text: str) -> "RankVerdict":
+        data = json.loads(text)
+        return cls(Verdict(data["verdict"]), data["detail"])
+
+
 def verify(root: Path, case_name: str) -> tuple[int, str]:
     """Run this process's rank of `case_name`: (exit status, what to print; rank 0's says the verdict)."""
     rank, world = launched_rank()
@@ -64,15 +89,15 @@ def verify(root: Path, case_name: str) -> tuple[int, str]:
         folders = ", ".join(layout(root).relative(f) for f in layout(root).kernels)
         raise LaunchError(f"no case {case_name!r} in the kernel folders of {root} ({folders})")
     if plan.error:
-        return 1, f"{case_name}: FAIL\n{plan.error}"
+        return 1, f"{case_name}: {RankVerdict(Verdict.FAIL, plan.error)}"
     if plan.ranks != world:
         raise LaunchError(f"case {case_name!r} runs on one process (its kernel declares no ranks), "
                           f"and the launcher started {world} (WORLD_SIZE)")
     try:
         verdict = _rank(plan, library.store, rank, world)
     except VerificationFailure as exc:  # this process's own stages: every rank computes them alike
-        verdict = f"FAIL\n{exc}"
-    return (0 if verdict == "PASS" or verdict.startswith("SKIPPED") else 1), f"{case_name}: {verdict}"
+        verdict = RankVerdict(Verdict.FAIL, str(exc))
+    return int(verdict.verdict.failed), f"{case_name}: {verdict}"
 
 
 def _meeting(case_name: str, timeout: float, host: bool = False):
@@ -102,7 +127,7 @@ def _end_when_judged(case_name: str, seconds: float, ran: threading.Event) -> No
         os._exit(1)
 
 
-def _rank(plan, store, rank: int, world: int) -> str:
+def _rank(plan, store, rank: int, world: int) -> RankVerdict:
     case = live_case(plan)
 
     def outputs(stage: str):
@@ -113,7 +138,7 @@ def _rank(plan, store, rank: int, world: int) -> str:
     abi, compiled, inputs = outputs("abi"), outputs("compile"), outputs("inputs")
     artifact = load_checked(compiled, abi)
     if reason := artifact.unavailable():
-        return f"SKIPPED: {reason}"
+        return RankVerdict(Verdict.SKIPPED, reason)
     what = f"the kernel of {plan.case}"
     placement = ranks.Placement(abi.meta.table, abi.meta.placement, inputs, world, None if rank == 0 else [rank])
     golden_seconds = graph.BY_NAME["golden"].budget(plan)
@@ -122,7 +147,8 @@ def _rank(plan, store, rank: int, world: int) -> str:
                           host=rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True")
     meeting.set(f"ready/{rank}", "1")
     if late := _wait(meeting, [f"ready/{r}" for r in range(world)], graph.BY_NAME["compile"].budget(plan)):
-        return f"FAIL\n{what}: ranks {', '.join(k.split('/')[1] for k in late)} never came (launch them all)"
+        return RankVerdict(Verdict.FAIL, f"{what}: ranks {', '.join(k.split('/')[1] for k in late)} never came "
+                                         "(launch them all)")
     ran = threading.Event()
     threading.Thread(target=_end_when_judged, daemon=True,
                      args=(plan.case, 2 * (plan.timeout + ranks.JOIN_SECONDS) + golden_seconds, ran)).start()
@@ -146,33 +172,33 @@ def _rank(plan, store, rank: int, world: int) -> str:
         missing = _wait(meeting, keys, plan.timeout + ranks.JOIN_SECONDS)  # a stuck collective times out first
         reports = [None if k in missing else pickle.loads(meeting.get(k)) for k in keys]
         meeting.set("verdict", _judge(case, placement, reports, what, lambda: outputs("golden"), inputs,
-                                      plan.timeout + ranks.JOIN_SECONDS))
+                                      plan.timeout + ranks.JOIN_SECONDS).to_json())
         _wait(meeting, [f"done/{r}" for r in range(1, world)], GRACE_SECONDS)  # this process may host the store
     elif _wait(meeting, ["verdict"], plan.timeout + ranks.JOIN_SECONDS + golden_seconds):
-        return "FAIL\nrank 0 gave no verdict"
-    verdict = meeting.get("verdict").decode()
+        return RankVerdict(Verdict.FAIL, "rank 0 gave no verdict")
+    verdict = RankVerdict.from_json(meeting.get("verdict").decode())
     meeting.set(f"done/{rank}", "1")
     return verdict
 
 
-def _judge(case, placement, reports: list, what: str, golden, inputs, waited: float) -> str:
+def _judge(case, placement, reports: list, what: str, golden, inputs, waited: float) -> RankVerdict:
     """Rank 0: the verdict from every rank's (outcome, outputs), or None for a rank that sent no
     report in `waited` seconds."""
     outcomes = [Outcome(Ended.HUNG, waited) if report is None else Outcome(Ended.RETURNED, report[0])
                 for report in reports]
     if not all(isinstance(o.value, ranks.RankResult) for o in outcomes):
-        return "FAIL\n" + ranks.verdict(outcomes, what)
+        return RankVerdict(Verdict.FAIL, ranks.verdict(outcomes, what))
     for r, (_, sent) in enumerate(reports):
         placement.receive(r, sent)
     try:
         expected = golden()
         if expected.skipped:
-            return f"SKIPPED: {expected.skipped}"
+            return RankVerdict(Verdict.SKIPPED, expected.skipped)
         judge(case.policy(), placement.outputs(what), expected.tensors, case.name, inputs.meta.nonfinite,
               case.placement(), blank(expected, inputs))
     except VerificationFailure as exc:
-        return f"FAIL\n{exc}"
-    return "PASS"
+        return RankVerdict(Verdict.FAIL, str(exc))
+    return RankVerdict(Verdict.PASS)
 
 
 def main(root: Path, case_name: str) -> int:
