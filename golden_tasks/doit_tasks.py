@@ -299,6 +299,7 @@ def _materialize(root, case):
 def _replay(root, case):
     from . import replay  # noqa: PLC0415 -- imports torch: only when a replay runs
 
+    _ready_to_run(torch_stage=True)  # it calls the kernel, as bench does
     return replay.main(config.runs_root(root) / case, root) == 0
 
 
