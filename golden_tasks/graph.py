@@ -169,12 +169,12 @@ def cached(stage: Stage, plan: Plan, store: Store, found: dict = None):
 
 
 class Missing(enum.Enum):
-    """Why a stage has no usable cached entry (NotCached.kind)."""
+    """Why a stage has no usable cached entry (NotCached.kind): each says so, naming NotCached.detail."""
     REMEASURED = "fresh=1 measures its timings again"
-    UPSTREAM = "an upstream stage is not cached yet, so its key is not known"
-    VOLATILE = "it recomputes on every run"
-    DAMAGED = "its cached entry is damaged or unreadable"
-    NO_ENTRY = "no cached entry under its key"
+    UPSTREAM = "its key depends on upstream {detail}, not cached yet"
+    VOLATILE = "it recomputes on every run: it depends on what cannot be fingerprinted: {detail}"
+    DAMAGED = "its cached entry (key {detail:.16}) is damaged or unreadable, so it is computed again"
+    NO_ENTRY = "no cached entry under its key {detail:.16}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,15 +185,7 @@ class NotCached:
     detail: str
 
     def __str__(self) -> str:
-        if self.kind is Missing.UPSTREAM:
-            return f"its key depends on upstream {self.detail}, not cached yet"
-        if self.kind is Missing.VOLATILE:
-            return f"it recomputes on every run: it depends on what cannot be fingerprinted: {self.detail}"
-        if self.kind is Missing.DAMAGED:
-            return f"its cached entry (key {self.detail[:16]}) is damaged or unreadable, so it is computed again"
-        if self.kind is Missing.NO_ENTRY:
-            return f"no cached entry under its key {self.detail[:16]}"
-        return self.kind.value
+        return self.kind.value.format(detail=self.detail)
 
 
 def not_cached(stage: Stage, plan: Plan, store: Store, found: dict) -> NotCached | None:
