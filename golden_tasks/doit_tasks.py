@@ -72,6 +72,7 @@ from .discover import forget
 from .errors import StalePlan, VerificationFailure
 from .library import CONTEXT, Library, unknown_variables
 from .plan import VARIABLES, Plan
+from .records import RunRecord
 from .store import Store
 from .toolchain import machine, toolchain
 from .verdicts import StageState, Verdict
@@ -359,7 +360,7 @@ class _Run:
     interrupted: bool = False
     finished: bool = False
     drawn: bool = False
-    record: dict = None
+    record: RunRecord = None
 
 
 _run = None  # set in the doit parent of a run (tasks_for)
@@ -385,7 +386,7 @@ def _journal(task: str, state: str, message: str = None, max_abs: float = None) 
             os.close(fd)
 
 
-def finish_run() -> dict:
+def finish_run() -> RunRecord | None:
     """The run record, built from the journal and written (report.write_files) once, in the doit
     parent; None when the run verified no case, checked no task (doit stopped before running) or
     was interrupted."""
@@ -408,11 +409,11 @@ def finish_run() -> dict:
     runs = config.runs_root(lib.root)
     rows = [report.case_row(lib.plans[c], states.get(c, {}), errors.get(c, {}), lib.store, dict(_hits.get(c, {})),
                             failed_max_abs.get(c)) for c in cases]
-    lib.store.record_use({(stage, key) for row in rows for stage, key in row["keys"].items() if key})
+    lib.store.record_use({(stage, key) for row in rows for stage, key in row.keys.items() if key})
     for row in rows:
-        row["log"] = str(report.log_path(runs, row["case"])) if row["status"] == Verdict.FAIL else None
-    _run.record = {"passed": report.passed(rows), "counts": report.counts(rows), "started": _run.started,
-                   "finished": time.time(), "machine": machine(), "toolchain": toolchain(), "cases": rows}
+        row.log = str(report.log_path(runs, row.case)) if row.status == Verdict.FAIL else None
+    _run.record = RunRecord(cases=rows, started=_run.started, finished=time.time(), machine=machine(),
+                            toolchain=toolchain())
     try:
         report.write_files(runs, _run.record)
     except (VerificationFailure, OSError) as exc:  # CacheWriteError: the runs dir cannot be written
@@ -708,10 +709,10 @@ class SummaryReporter(ConsoleReporter):
         record = finish_run()
         if not record:
             return
-        rows = record["cases"]
+        rows = record.cases
         self.write(("\n" if self.wrote else "") + report.format_table(rows) + "\n")
-        unjudged = [r for r in rows if r["status"].failed]
-        unreached = [r["case"] for r in unjudged if r["status"] == Verdict.INCOMPLETE]
+        unjudged = [r for r in rows if r.status.failed]
+        unreached = [r.case for r in unjudged if r.status == Verdict.INCOMPLETE]
         if unreached and self.failures:
             self.write(f"not reached: {', '.join(unreached)} (doit stops at the first failure; "
                        "--continue runs the rest)\n")
@@ -719,16 +720,16 @@ class SummaryReporter(ConsoleReporter):
         draw_run(lambda line: (self.write(line + "\n"), self.outstream.flush()))
         runs = config.runs_root(_run.root)
         self.write(f"report: {runs / 'report.json'} (also report.xml{', report.html' * config.draws_html()})\n")
-        if any(r["stages"].get("compile") == StageState.RAN for r in rows) and config.sandbox() == "auto" \
+        if any(r.stages.get("compile") == StageState.RAN for r in rows) and config.sandbox() == "auto" \
                 and (reason := sandbox.support()):
             self.write(f"note: kernels ran unconfined: {reason} (docs/threat-model.md)\n")
         if unjudged and not self.failures:
             for row in unjudged:
-                self.write(f"golden-tasks: {row['case']} is {row['status']} although no task failed\n")
+                self.write(f"golden-tasks: {row.case} is {row.status} although no task failed\n")
         self.write(report.outcome_line(rows) + "\n")
-        raise SystemExit(self.exit_status(rows))
+        raise SystemExit(self.exit_status(record))
 
-    def exit_status(self, rows: list) -> int:
+    def exit_status(self, record: RunRecord) -> int:
         """doit's meanings, the same with or without --continue and -n: 0 when every case is PASS or
         SKIPPED, 1 when a case failed (its stage failed, or it is not judged although none did), 2 when
         something other than a case's verdict went wrong while running (an up-to-date check or action
@@ -736,7 +737,7 @@ class SummaryReporter(ConsoleReporter):
         ours = (TaskFailed, UnmetDependency)  # a stage's verdict, and the tasks it kept from running
         if self.runtime_errors or any(not isinstance(f["exception"], ours) for f in self.failures):
             return 2
-        return 0 if report.passed(rows) else 1
+        return 0 if record.passed else 1
 
 
 DOIT_CONFIG = {

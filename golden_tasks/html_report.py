@@ -37,6 +37,7 @@ from . import config, graph, report
 from .hashing import digest_file, digest_json
 from .layout import layout
 from .library import planned_library, run_variables
+from .records import BadRecord, CaseRow, RunRecord, Timing
 from .store import atomic_write
 from .verdicts import Verdict
 
@@ -255,14 +256,14 @@ class Sources:
             raise Unplottable(f"the case cannot be planned: {report.first_line(plan.error)}")
         return plan
 
-    def outputs(self, stage: str, row: dict):
+    def outputs(self, stage: str, row: CaseRow):
         """The Outputs of the row's entry of `stage`: by its content key in the row, else under the current plan."""
-        key = (row.get("keys") or {}).get(stage)
+        key = row.keys.get(stage)
         if key:
             entry = self.store.get(stage, key)
             where = f"its {stage} entry {key[:16]} is no longer in the cache"
         else:
-            entry = graph.cached(graph.BY_NAME[stage], self.plan(row["case"]), self.store)
+            entry = graph.cached(graph.BY_NAME[stage], self.plan(row.case), self.store)
             where = (f"no {stage} entry in the cache for the case's current plan (a run with doit variables: "
                      f"pass them too, NAME=VALUE)")
         if entry is None:
@@ -272,9 +273,9 @@ class Sources:
             raise Unplottable(f"{stage} was skipped: {outputs.skipped}")
         return outputs
 
-    def kernel_timing(self, row: dict) -> dict:
+    def kernel_timing(self, row: CaseRow) -> dict:
         """The kernel's timing with every round, from the samples of the row's bench entry."""
-        key = (row.get("keys") or {}).get("bench")
+        key = row.keys.get("bench")
         if not key:
             raise Unplottable("the record names no bench entry, which holds the rounds")
         entry = self.store.get("bench", key)
@@ -283,13 +284,13 @@ class Sources:
         return graph.load_timings(self.store, entry).kernel_us
 
 
-def output_plots(row: dict, sources: Sources) -> list:
+def output_plots(row: CaseRow, sources: Sources) -> list:
     """Per output: its error histogram, and for a failing one the heat map of its mismatches."""
     from . import compare  # noqa: PLC0415 -- imports torch
     from .case import live_case  # noqa: PLC0415 -- imports torch and the kernel module
 
     golden, dispatch = sources.outputs("golden", row), sources.outputs("dispatch", row)
-    policy = live_case(sources.plan(row["case"])).policy()
+    policy = live_case(sources.plan(row.case)).policy()
     verdicts = {c.name: c for c in policy.check(dispatch.tensors, golden.tensors)}
     plots = []
     for name, expected in golden.tensors.items():
@@ -317,15 +318,15 @@ def output_plots(row: dict, sources: Sources) -> list:
     return plots
 
 
-def rounds_plot(row: dict, sources: Sources) -> Plot:
-    if not row.get("kernel_timing"):
+def rounds_plot(row: CaseRow, sources: Sources) -> Plot:
+    if not row.kernel_timing:
         return Plot("bench-rounds", "kernel benchmark rounds", reason="no benchmark rounds were recorded")
     timing = sources.kernel_timing(row)
     return Plot("bench-rounds", f"kernel benchmark: {len(timing['times'])} rounds, "
                                 f"{len(timing['outliers'])} outliers", svg=draw_rounds(timing))
 
 
-def case_plots(row: dict, sources: Sources) -> list:
+def case_plots(row: CaseRow, sources: Sources) -> list:
     """Every figure of a case, or Plots with the reason in place of those that cannot be drawn."""
     try:
         plots = output_plots(row, sources)
@@ -353,36 +354,31 @@ def _e(value) -> str:
 _STAGE_ORDER = {s.name: i for i, s in enumerate(graph.STAGES)}
 
 
-def _reason(row: dict) -> str:
+def _reason(row: CaseRow) -> str:
     """Why the case is not a pass, in one line: its reason, why it was skipped, or its first error's first line."""
-    errors = row.get("errors") or {}
-    return row.get("reason") or row.get("skipped") or (report.first_line(next(iter(errors.values()))) if errors else "")
+    return row.reason or row.skipped or (report.first_line(next(iter(row.errors.values()))) if row.errors else "")
 
 
 def _fmt(value, spec: str) -> str:
-    """A number of the record formatted, "-" when absent (or not a number: the page never fails on a field)."""
-    try:
-        return "-" if value is None else format(value, spec)
-    except (TypeError, ValueError):
-        return "-"
+    """A number of the record formatted, "-" when absent."""
+    return "-" if value is None else format(value, spec)
 
 
-def _timing_text(timing, median_us) -> str:
+def _timing_text(timing: Timing | None, median_us) -> str:
     """A timing's figures; without one, the row's bare median (a record from before timings had their noise)."""
-    if not isinstance(timing, dict) or not timing:
+    if timing is None:
         return "-" if median_us is None else f"median {_fmt(median_us, '.4g')} us"
-    return (f"median {_fmt(timing.get('median'), '.4g')} us, IQR {_fmt(timing.get('iqr'), '.3g')}, "
-            f"std {_fmt(timing.get('std'), '.3g')}, min {_fmt(timing.get('min'), '.4g')}, "
-            f"max {_fmt(timing.get('max'), '.4g')}, rse {_fmt(timing.get('rse'), '.2%')}, "
-            f"{_fmt(timing.get('rounds'), 'd')} rounds after {_fmt(timing.get('warmup'), 'd')} warmup, stopped by "
-            f"{timing.get('stopped') or '-'}, {_fmt(timing.get('outliers'), 'd')} outliers")
+    return (f"median {_fmt(timing.median, '.4g')} us, IQR {_fmt(timing.iqr, '.3g')}, "
+            f"std {_fmt(timing.std, '.3g')}, min {_fmt(timing.min, '.4g')}, "
+            f"max {_fmt(timing.max, '.4g')}, rse {_fmt(timing.rse, '.2%')}, "
+            f"{_fmt(timing.rounds, 'd')} rounds after {_fmt(timing.warmup, 'd')} warmup, stopped by "
+            f"{timing.stopped or '-'}, {_fmt(timing.outliers, 'd')} outliers")
 
 
-def _speedup_text(row: dict) -> str:
-    err = row.get("speedup_err")
-    if row.get("speedup") is None:
+def _speedup_text(row: CaseRow) -> str:
+    if row.speedup is None:
         return "-"
-    return _fmt(row.get("speedup"), ".3g") + "x" + ("" if err is None else f" ± {_fmt(err, '.2g')}")
+    return _fmt(row.speedup, ".3g") + "x" + ("" if row.speedup_err is None else f" ± {_fmt(row.speedup_err, '.2g')}")
 
 
 def _protection_text(protected) -> str:
@@ -400,29 +396,27 @@ def _plot_html(plot: Plot) -> str:
     return f'<figure class="plot" {attrs}>{plot.svg}<figcaption>{_e(plot.caption)}</figcaption></figure>'
 
 
-def _case_html(row: dict, plots: list) -> str:
-    case, status = row["case"], row.get("status") or "-"
-    stages = row.get("stages") or {}
-    stages = dict(sorted(stages.items(), key=lambda item: _STAGE_ORDER.get(item[0], len(_STAGE_ORDER))))
-    keys = row.get("keys") or {}
+def _case_html(row: CaseRow, plots: list) -> str:
+    case, status = row.case, row.status
+    stages = dict(sorted(row.stages.items(), key=lambda item: _STAGE_ORDER.get(item[0], len(_STAGE_ORDER))))
     stage_rows = "".join(f"<tr><td>{_e(s)}</td><td class=\"state {_e(state)}\">{_e(state)}</td>"
-                         f"<td class=\"key\">{_e(keys.get(s))}</td></tr>" for s, state in stages.items())
+                         f"<td class=\"key\">{_e(row.keys.get(s))}</td></tr>" for s, state in stages.items())
     outputs = "".join(f"<tr><td>{_e(o.get('name'))}</td><td>{'pass' if o.get('passed') else 'FAIL'}</td>"
-                      f"<td><pre>{_e(o.get('message'))}</pre></td></tr>" for o in row.get("outputs") or ())
-    warnings = "".join(f"<li>{_e(w)}</li>" for w in row.get("warnings") or ())
+                      f"<td><pre>{_e(o.get('message'))}</pre></td></tr>" for o in row.outputs)
+    warnings = "".join(f"<li>{_e(w)}</li>" for w in row.warnings)
     errors = "".join(f"<details><summary>{_e(stage)} error</summary><pre>{_e(message)}</pre></details>"
-                     for stage, message in (row.get("errors") or {}).items())
+                     for stage, message in row.errors.items())
     why = _reason(row)
     return f"""
 <section class="case" id="case-{_e(case)}" data-case="{_e(case)}" data-status="{_e(status)}">
 <h2>{_e(case)} <span class="status {_e(status)}">{_e(status)}</span></h2>
 {f'<p class="reason">{_e(why)}</p>' if why else ''}
 <table class="facts">
-<tr><th>kernel</th><td>{_e(_timing_text(row.get("kernel_timing"), row.get("kernel_us")))}</td></tr>
-<tr><th>golden</th><td>{_e(_timing_text(row.get("golden_timing"), row.get("golden_us")))}</td></tr>
+<tr><th>kernel</th><td>{_e(_timing_text(row.kernel_timing, row.kernel_us))}</td></tr>
+<tr><th>golden</th><td>{_e(_timing_text(row.golden_timing, row.golden_us))}</td></tr>
 <tr><th>speedup</th><td>{_e(_speedup_text(row))} (golden median / kernel median, 1 sigma)</td></tr>
-<tr><th>max abs error</th><td>{_e(row.get("max_abs"))}</td></tr>
-<tr><th>golden protected</th><td>{_e(_protection_text(row.get("golden_protected")))}</td></tr>
+<tr><th>max abs error</th><td>{_e(row.max_abs)}</td></tr>
+<tr><th>golden protected</th><td>{_e(_protection_text(row.golden_protected))}</td></tr>
 </table>
 {f'<ul class="warnings">{warnings}</ul>' if warnings else ''}
 <table class="stages"><tr><th>stage</th><th>state</th><th>content key</th></tr>{stage_rows}</table>
@@ -461,24 +455,21 @@ window.addEventListener("load", () => {
 """
 
 
-def render(record: dict, plots_of) -> str:
-    """The page of a run record (report.json's shape); `plots_of(row)` gives a case's Plots."""
-    rows = record["cases"]
-    statuses = [Verdict(r.get("status")) for r in rows]
+def render(record: RunRecord, plots_of) -> str:
+    """The page of a run record; `plots_of(row)` gives a case's Plots."""
+    rows = record.cases
+    statuses = [r.status for r in rows]
     failed = [s for s in statuses if s.failed]
     skipped = statuses.count(Verdict.SKIPPED)
-    verdict = (f"FAILED ({len(failed)} of {len(rows)} cases)" if failed or not record.get("passed")
+    verdict = (f"FAILED ({len(failed)} of {len(rows)} cases)" if failed
                else f"ALL {len(rows)} SKIPPED (nothing verified)" if skipped == len(rows)
                else "PASSED" + (f" ({skipped} of {len(rows)} cases SKIPPED)" if skipped else ""))
     shade = Verdict.FAIL if failed else Verdict.SKIPPED if skipped == len(rows) else Verdict.PASS
-    machine = record.get("machine") or {}
-    toolchain = record.get("toolchain") or {}
-    summary = "".join(f"<tr><td><a href=\"#case-{_e(r['case'])}\">{_e(r['case'])}</a></td>"
-                      f"<td class=\"status {_e(r.get('status'))}\">{_e(r.get('status'))}</td>"
-                      f"<td>{_e(_reason(r))}</td>"
-                      f"<td>{_fmt(r.get('kernel_us'), '.4g')}</td><td>{_fmt(r.get('golden_us'), '.4g')}</td>"
+    summary = "".join(f"<tr><td><a href=\"#case-{_e(r.case)}\">{_e(r.case)}</a></td>"
+                      f"<td class=\"status {_e(r.status)}\">{_e(r.status)}</td><td>{_e(_reason(r))}</td>"
+                      f"<td>{_fmt(r.kernel_us, '.4g')}</td><td>{_fmt(r.golden_us, '.4g')}</td>"
                       f"<td>{_e(_speedup_text(r))}</td></tr>" for r in rows)
-    about = ", ".join(f"{k}: {v}" for k, v in {**machine, **toolchain}.items())
+    about = ", ".join(f"{k}: {v}" for k, v in {**record.machine, **record.toolchain}.items())
     key = page_key(record)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>golden-tasks run: {_e(verdict)}</title>
@@ -498,44 +489,33 @@ def render(record: dict, plots_of) -> str:
 _WHEN = re.compile(rb'<p class="when">[^<]*</p>')  # all that differs between pages of the same content
 
 
-def _when_html(record: dict) -> str:
+def _when_html(record: RunRecord) -> str:
     return f'<p class="when">{_e(_when(record))}</p>'
 
 
-def page_key(record: dict) -> str:
+def page_key(record: RunRecord) -> str:
     """The digest of everything a page shows but when the run was (_WHEN): the record, each case's figures
     (plot_key) and the code; None when a row cannot say what its figures are drawn from."""
-    figures = [plot_key(row) for row in record["cases"]]
+    figures = [plot_key(row) for row in record.cases]
     if None in figures:
         return None
-    return digest_json({"record": {k: v for k, v in record.items() if k not in ("started", "finished")},
+    return digest_json({"record": {k: v for k, v in record.to_json().items() if k not in ("started", "finished")},
                         "figures": figures, "code": _drawing_code()})
 
 
-def _when(record: dict) -> str:
-    started, finished = record.get("started"), record.get("finished")
+def _when(record: RunRecord) -> str:
+    started, finished = record.started, record.finished
     if started is None:
         return ""
     text = "started " + time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started))
     return text + (f", took {finished - started:.1f} s" if finished is not None else "")
 
 
-def read_record(path: Path) -> dict:
-    """The run record at `path`; raises ValueError with a message naming the file and field."""
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"no run record at {path}: run `doit verify` first") from None
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read the run record {path}: {exc}") from None
-    cases = record.get("cases") if isinstance(record, dict) else None
-    if not isinstance(cases, list) or not all(isinstance(r, dict) and isinstance(r.get("case"), str) for r in cases):
-        raise ValueError(f"{path}: field 'cases' must be a list of objects with a 'case' name")
-    for i, row in enumerate(cases):
-        if row.get("status") not in list(Verdict):
-            raise ValueError(f"{path}: cases[{i}].status must be one of {', '.join(Verdict)}, "
-                             f"got {json.dumps(row.get('status'))}")
-    return record
+def read_record(path: Path) -> RunRecord:
+    """The run record at `path`; raises BadRecord (a ValueError) with a message naming the file and field."""
+    if not path.exists():
+        raise BadRecord(f"no run record at {path}: run `doit verify` first")
+    return RunRecord.read(path)
 
 
 # -- the figures of a case, kept in the cache under the content they are drawn from
@@ -550,18 +530,17 @@ def _drawing_code() -> list:
     return [digest_file(here / name) for name in ("html_report.py", "compare.py")]
 
 
-def plot_key(row: dict) -> str:
+def plot_key(row: CaseRow) -> str:
     """The digest of everything a case's figures are drawn from, or None when the row cannot say (no
     content keys): the golden's and the kernel's outputs and the rounds (their entries' keys, None for a
     stage that did not run), the policy judging them (its fingerprint), and the code that draws them."""
-    keys, fingerprints = row.get("keys") or {}, row.get("fingerprints") or {}
-    if not keys or not fingerprints.get("policy"):
+    if not row.keys or not row.fingerprints.get("policy"):
         return None
-    drawn_from = {stage: keys.get(stage) for stage in _DRAWN_FROM}
-    return digest_json({**drawn_from, "policy": fingerprints["policy"], "code": _drawing_code()})
+    drawn_from = {stage: row.keys.get(stage) for stage in _DRAWN_FROM}
+    return digest_json({**drawn_from, "policy": row.fingerprints["policy"], "code": _drawing_code()})
 
 
-def remembered_plots(store, row: dict) -> list:
+def remembered_plots(store, row: CaseRow) -> list:
     """The case's figures as drawn before from the same content, or None."""
     key = plot_key(row)
     try:
@@ -570,12 +549,12 @@ def remembered_plots(store, row: dict) -> list:
         return None
 
 
-def remember_plots(store, row: dict, plots: list) -> None:
+def remember_plots(store, row: CaseRow, plots: list) -> None:
     """Keep the case's figures for the next page drawn from the same content (not for a read-only cache),
     with the entries they show, so that gc drops them with those (drawn_from)."""
     key = plot_key(row)
     if key and not store.readonly:
-        shown = [[stage, row["keys"][stage]] for stage in _DRAWN_FROM if row["keys"].get(stage)]
+        shown = [[stage, row.keys[stage]] for stage in _DRAWN_FROM if row.keys.get(stage)]
         text = json.dumps({"drawn_from": shown, "plots": [dataclasses.asdict(p) for p in plots]}).encode()
         atomic_write(store.plot_path(key), lambda f: f.write(text))
 
@@ -609,10 +588,10 @@ def write_page_if_drawn(project: Path) -> bool:
         page = _WHEN.sub(lambda _: _when_html(record).encode(), old, count=1)
         atomic_write(runs / "report.html", lambda f: f.write(page))
         return True
-    plots = {row["case"]: remembered_plots(store, row) for row in record["cases"]}
+    plots = {row.case: remembered_plots(store, row) for row in record.cases}
     if any(p is None for p in plots.values()):
         return False
-    write_page(project, lambda row: plots[row["case"]])
+    write_page(project, lambda row: plots[row.case])
     return True
 
 
@@ -652,19 +631,19 @@ def main(argv=None) -> int:
         print(f"golden-tasks html report: {exc}", file=sys.stderr)
         return 2
     store = config.open_store(project)
-    plots = {row["case"]: remembered_plots(store, row) for row in record["cases"]}
-    undrawn = [row for row in record["cases"] if plots[row["case"]] is None]
+    plots = {row.case: remembered_plots(store, row) for row in record.cases}
+    undrawn = [row for row in record.cases if plots[row.case] is None]
     drawers = min(len(undrawn), max(1, int(os.environ.get(config.WORKERS_ENV) or 1)), os.cpu_count() or 1)
     # by the module's import name, so that a drawing process finds its functions (not in its __main__)
     this = importlib.import_module("golden_tasks.html_report")
     if drawers > 1:  # as many drawing processes as doit had workers: figures cost ~0.2 s a case
         with ProcessPoolExecutor(drawers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=this.start_drawing, initargs=(project, args.variables)) as pool:
-            plots.update(zip((row["case"] for row in undrawn), pool.map(this.draw, undrawn)))
+            plots.update(zip((row.case for row in undrawn), pool.map(this.draw, undrawn)))
     elif undrawn:
         start_drawing(project, args.variables)
-        plots.update((row["case"], draw(row)) for row in undrawn)
-    print(f"html report: {write_page(project, lambda row: plots[row['case']])}")
+        plots.update((row.case, draw(row)) for row in undrawn)
+    print(f"html report: {write_page(project, lambda row: plots[row.case])}")
     return 0
 
 
@@ -680,7 +659,7 @@ def start_drawing(project: Path, variables: list) -> None:
     _drawing = _sources(project, variables)
 
 
-def draw(row: dict) -> list:
+def draw(row: CaseRow) -> list:
     """The case's figures, drawn and remembered in the cache."""
     plots = case_plots(row, _drawing)
     remember_plots(_drawing.store, row, plots)

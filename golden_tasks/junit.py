@@ -17,6 +17,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from .records import CaseRow, RunRecord
 from .store import atomic_write
 from .verdicts import StageState, Verdict
 
@@ -33,24 +34,24 @@ def _seconds(value) -> str:
     return f"{value or 0.0:.3f}"
 
 
-def full_report(row: dict) -> str:
+def full_report(row: CaseRow) -> str:
     """The row's error messages, stage by stage, then how each stage fared."""
-    parts = [f"{stage}:\n{message}" for stage, message in row.get("errors", {}).items()]
-    parts.append("stages: " + ", ".join(f"{stage} {state}" for stage, state in row["stages"].items()))
+    parts = [f"{stage}:\n{message}" for stage, message in row.errors.items()]
+    parts.append("stages: " + ", ".join(f"{stage} {state}" for stage, state in row.stages.items()))
     return "\n\n".join(parts)
 
 
-def _verdict(row: dict) -> ET.Element | None:
+def _verdict(row: CaseRow) -> ET.Element | None:
     """The <failure>, <skipped> or <error> of a row; None for a PASS."""
-    status, errors = Verdict(row["status"]), row.get("errors", {})
+    status, errors = row.status, row.errors
     if status == Verdict.PASS:
         return None
     if status == Verdict.SKIPPED:
-        return ET.Element("skipped", message=_text(row.get("skipped") or ""))
+        return ET.Element("skipped", message=_text(row.skipped or ""))
     if status == Verdict.FAIL:
-        element = ET.Element("failure", message=_text(row.get("reason") or "FAIL"), type=next(iter(errors), "FAIL"))
+        element = ET.Element("failure", message=_text(row.reason or "FAIL"), type=next(iter(errors), "FAIL"))
     else:
-        not_run = [stage for stage, state in row["stages"].items() if StageState(state) == StageState.NOT_RUN]
+        not_run = [stage for stage, state in row.stages.items() if state == StageState.NOT_RUN]
         element = ET.Element("error", type=status,
                              message=_text(f"{status}: the case did not run to its end; not run: "
                                            + (", ".join(not_run) or "none")))
@@ -58,20 +59,20 @@ def _verdict(row: dict) -> ET.Element | None:
     return element
 
 
-def _figures(row: dict) -> dict:
+def _figures(row: CaseRow) -> dict:
     """The row's numbers worth a property, by name, where present."""
-    kernel = row.get("kernel_timing") or {}
-    figures = {"kernel_us": row.get("kernel_us"), "kernel_mean_us": kernel.get("mean"),
-               "kernel_rse": kernel.get("rse"), "kernel_rounds": kernel.get("rounds"),
-               "golden_us": row.get("golden_us"), "speedup": row.get("speedup"),
-               "speedup_err": row.get("speedup_err"), "max_abs": row.get("max_abs")}
+    kernel = row.kernel_timing
+    figures = {"kernel_us": row.kernel_us, "kernel_mean_us": kernel and kernel.mean,
+               "kernel_rse": kernel and kernel.rse, "kernel_rounds": kernel and kernel.rounds,
+               "golden_us": row.golden_us, "speedup": row.speedup, "speedup_err": row.speedup_err,
+               "max_abs": row.max_abs}
     return {name: value for name, value in figures.items() if value is not None}
 
 
-def _summary_line(row: dict) -> str:
+def _summary_line(row: CaseRow) -> str:
     figures = _figures(row)
-    why = row.get("reason") or row.get("skipped")
-    words = [f"{row['case']}: {row['status']}" + (f": {why}" if why else "")]
+    why = row.reason or row.skipped
+    words = [f"{row.case}: {row.status}" + (f": {why}" if why else "")]
     if "kernel_us" in figures:
         noise = f", mean ±{figures['kernel_rse']:.1%}" if "kernel_rse" in figures else ""
         rounds = f" over {figures['kernel_rounds']} rounds" if "kernel_rounds" in figures else ""
@@ -86,41 +87,39 @@ def _summary_line(row: dict) -> str:
     return ", ".join(words)
 
 
-def to_xml(record: dict) -> str:
+def to_xml(record: RunRecord) -> str:
     """The JUnit XML document of a run record."""
-    rows = record["cases"]
-    statuses = [Verdict(row["status"]) for row in rows]
-    started = record["started"]
+    rows, started = record.cases, record.started or 0.0
+    statuses = [row.status for row in rows]
     suite = ET.Element("testsuite", {
         "name": SUITE, "tests": str(len(rows)), "failures": str(statuses.count(Verdict.FAIL)),
         "errors": str(statuses.count(Verdict.INCOMPLETE)),
         "skipped": str(statuses.count(Verdict.SKIPPED)),
-        "time": _seconds(record["finished"] - started),
+        "time": _seconds((record.finished or started) - started),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)),
-        "hostname": _text(record["machine"].get("host") or "localhost")})
+        "hostname": _text(record.machine.get("host") or "localhost")})
     properties = ET.SubElement(suite, "properties")
-    environment = {f"machine.{k}": v for k, v in record["machine"].items()}
-    environment |= {f"toolchain.{k}": v for k, v in record["toolchain"].items()}
+    environment = {f"machine.{k}": v for k, v in record.machine.items()}
+    environment |= {f"toolchain.{k}": v for k, v in record.toolchain.items()}
     for name, value in environment.items():
         text = ", ".join(map(str, value)) if isinstance(value, list) else value
         ET.SubElement(properties, "property", name=_text(name), value=_text(text))
     for row in rows:
         for name, value in _figures(row).items():
-            ET.SubElement(properties, "property", name=_text(f"{row['case']}.{name}"), value=repr(value))
+            ET.SubElement(properties, "property", name=_text(f"{row.case}.{name}"), value=repr(value))
     for row in rows:
-        case = ET.SubElement(suite, "testcase", name=_text(row["case"]), classname=SUITE,
-                             time=_seconds(row.get("seconds")))
+        case = ET.SubElement(suite, "testcase", name=_text(row.case), classname=SUITE, time=_seconds(row.seconds))
         verdict = _verdict(row)
         if verdict is not None:
             case.append(verdict)
     ET.SubElement(suite, "system-out").text = _text("\n".join(_summary_line(row) for row in rows))
     ET.SubElement(suite, "system-err").text = _text(
-        "\n".join(f"{row['case']}: warning: {w}" for row in rows for w in row.get("warnings") or ()))
+        "\n".join(f"{row.case}: warning: {w}" for row in rows for w in row.warnings))
     ET.indent(suite)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
 
 
-def write(path: Path, record: dict) -> None:
+def write(path: Path, record: RunRecord) -> None:
     """Write the JUnit XML of `record` to `path`, atomically."""
     data = to_xml(record).encode()
     atomic_write(Path(path), lambda f: f.write(data))

@@ -15,7 +15,6 @@ a CUDA kernel), and a stage that reads a skipped one skips with its reason.
 Skipped is never passed.
 """
 import dataclasses
-import math
 
 POLICY_FILE = "policy.pkl"  # validate: the policy it judged with (cloudpickle), for replays
 SAMPLES_FILE = "samples.json"  # bench, golden_bench: their timings' round times (Stats.split)
@@ -96,17 +95,6 @@ class Stats:
         timings = {f: split_timing(t) for f in ("golden_us", "kernel_us") if (t := getattr(self, f))}
         return (dataclasses.replace(self, **{f: summary for f, (summary, _) in timings.items()}),
                 {f: samples for f, (_, samples) in timings.items()})
-
-
-def median_rse(timing: dict) -> float | None:
-    """The relative standard error of a timing's median, the one statistic every report and `compare` use:
-    sqrt(pi/2) * sigma / sqrt(rounds) / median (the median's asymptotic error), with sigma estimated from the
-    IQR (IQR / 1.349), so that outliers, reported and kept, do not inflate it; None with fewer than two
-    rounds or a summary without them."""
-    rounds, iqr, median = timing.get("rounds"), timing.get("iqr"), timing.get("median")
-    if not isinstance(rounds, int) or rounds < 2 or iqr is None or not median:
-        return None
-    return (math.pi / 2) ** 0.5 * (iqr / 1.349) / rounds ** 0.5 / median
 
 
 def split_timing(timing: dict) -> tuple[dict, dict]:

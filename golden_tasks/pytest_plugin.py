@@ -70,10 +70,10 @@ class CaseItem(pytest.Item):
         library = _library(root)
         plan = library.plans[self.name]
         row, _ = verify(plan, library.store, config.runs_root(root) / self.name)
-        if row["status"] == Verdict.SKIPPED:  # reported at the case's module, not at this line
-            raise pytest.skip.Exception(row["skipped"], _use_item_location=True)
-        if row["status"] != Verdict.PASS:
-            errors = row["errors"] or {"": f"{self.name} is {row['status']}"}
+        if row.status == Verdict.SKIPPED:  # reported at the case's module, not at this line
+            raise pytest.skip.Exception(row.skipped, _use_item_location=True)
+        if row.status != Verdict.PASS:
+            errors = row.errors or {"": f"{self.name} is {row.status}"}
             raise CaseFailed("\n".join(f"{stage}: {message}" if stage else message
                                        for stage, message in errors.items()))
 

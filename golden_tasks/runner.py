@@ -8,6 +8,7 @@ from . import config, graph, report, runtime
 from .errors import VerificationFailure
 from .outputs import Stats
 from .plan import BenchSettings, FailedPlan
+from .records import CaseRow
 from .verdicts import StageState, Verdict
 
 
@@ -24,7 +25,7 @@ class RunResult:
     work_dir: Path  # the case's runtime dir (written when it passes; see golden_tasks.replay)
     bench: dict  # kernel timing stats (us)
     golden_bench: dict  # golden timing stats (us)
-    report: dict  # the summary row
+    report: CaseRow  # the summary row
     status: Verdict
     skipped: str = None
 
@@ -38,7 +39,7 @@ class RunResult:
 
 
 
-def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
+def verify(plan, store, work_dir: Path, case=None) -> tuple[CaseRow, dict]:
     """Every stage of `plan` in graph order, each reused from `store` or computed, up to the first that
     fails; the runtime dir `work_dir` written when the case passes; the hits and misses logged.
     Returns (the summary row: report.case_row, stage -> seconds of the run that made its entry).
@@ -58,14 +59,14 @@ def verify(plan, store, work_dir: Path, case=None) -> tuple[dict, dict]:
             states[stage.name] = StageState.RAN if ran else StageState.CACHED
             timings[stage.name] = Stats.of(entry).seconds
     row = report.case_row(plan, states, errors, store, failed_max_abs=failed_max_abs)
-    if row["status"] == Verdict.PASS and (plan.fresh or not runtime.is_current(plan, store, work_dir)):
+    if row.status == Verdict.PASS and (plan.fresh or not runtime.is_current(plan, store, work_dir)):
         runtime.materialize(plan, store, work_dir, row)
     tally = report.Tally()
     for stage, state in states.items():
         if state.reached:
             tally.add(stage, plan.case, state == StageState.CACHED)
     store.log_run(tally.to_json())
-    store.record_use({(stage, key) for stage, key in row["keys"].items() if key})
+    store.record_use({(stage, key) for stage, key in row.keys.items() if key})
     return row, timings
 
 
@@ -115,10 +116,10 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
     bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.error else None
                            for s in ("bench", "golden_bench"))
     return RunResult(
-        passed=row["status"] == Verdict.PASS,
-        error="\n".join(row["errors"].values()) or (f"SKIPPED: {row['skipped']}" if row["skipped"] else None)
-        or (row["status"] if row["status"] != Verdict.PASS else None),
-        case=case_name, stages=row["stages"], timings=timings, work_dir=work_dir,
+        passed=row.status == Verdict.PASS,
+        error="\n".join(row.errors.values()) or (f"SKIPPED: {row.skipped}" if row.skipped else None)
+        or (row.status if row.status != Verdict.PASS else None),
+        case=case_name, stages=row.stages, timings=timings, work_dir=work_dir,
         bench=(bench and graph.load_timings(store, bench).kernel_us) or {},
         golden_bench=(golden_entry and graph.load_timings(store, golden_entry).golden_us) or {},
-        report=row, status=row["status"], skipped=row["skipped"])
+        report=row, status=row.status, skipped=row.skipped)

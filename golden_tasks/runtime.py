@@ -27,6 +27,7 @@ from . import graph
 from .hashing import canonical_json, digest_bytes
 from .outputs import POLICY_FILE, AbiMeta, CompileMeta, InputsMeta, Meta, Outputs
 from .plan import REPLAY_MEANING, Plan
+from .records import CaseRow
 from .store import umask
 from .toolchain import toolchain
 
@@ -85,7 +86,7 @@ def _place(src: Path, dst: Path) -> None:
     os.chmod(dst, 0o444 & ~umask())
 
 
-def materialize(plan: Plan, store, case_dir: Path, summary: dict = None) -> Path:
+def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow = None) -> Path:
     """Write the case's runtime dir from its cached entries (which must all exist)."""
     import torch  # noqa: PLC0415 -- scalars are written through torch's dtypes
 
@@ -140,7 +141,7 @@ def materialize(plan: Plan, store, case_dir: Path, summary: dict = None) -> Path
         "tensors": tensors,
         "files": files,
     }
-    run_report = {"case": plan.case, "summary": summary, "validation": entries["validate"].meta,
+    run_report = {"case": plan.case, "summary": summary and summary.to_json(), "validation": entries["validate"].meta,
                   "kernel_us": graph.load_timings(store, entries["bench"]).kernel_us,
                   "golden_us": graph.load_timings(store, entries["golden_bench"]).golden_us}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))

@@ -13,7 +13,6 @@ followed. Ctrl-C stops the run in progress (its own interrupt: nothing of it is 
 The watcher is watchfiles (the operating system's notifications; no polling loop of ours). Nothing here
 imports torch or the kernel modules: planning runs in its own process, as for doit.
 """
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from .discover import observed
 from .library import Library
 from .observe import listing_digest
 from .origin import shown
+from .records import BadRecord, RunRecord
 
 VERIFY = "verify"
 POLL_MS = 250  # how often the watch loop looks whether the run in progress ended
@@ -93,12 +93,12 @@ class Run:
         """What the run found, in one line."""
         when = time.strftime("%H:%M:%S", time.localtime(self.started))
         record = _record(config.runs_root(self.root) / "report.json")
-        if not record or record.get("started", 0) < self.started:  # it stopped before verifying anything
+        if not record or (record.started or 0) < self.started:  # it stopped before verifying anything
             self.output.seek(0)
             said = [line for line in self.output.read().decode(errors="replace").splitlines() if line.strip()]
             return f"[{when}] {self.why}: doit exited {self.process.returncode}: {said[-1] if said else 'no output'}"
-        verdicts = ", ".join(f"{row['case']} {row['status']}" + (f" ({row['reason']})" if row.get("reason") else "")
-                             for row in record["cases"])
+        verdicts = ", ".join(f"{row.case} {row.status}" + (f" ({row.reason})" if row.reason else "")
+                             for row in record.cases)
         return f"[{when}] {self.why}: {verdicts}"
 
     def stop(self) -> None:
@@ -113,10 +113,10 @@ class Run:
         self.output.close()
 
 
-def _record(path: Path):
+def _record(path: Path) -> RunRecord | None:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return RunRecord.read(path)
+    except BadRecord:
         return None
 
 

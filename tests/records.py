@@ -11,7 +11,7 @@ def timing(median: float, rse: float | None, rounds: int = 20) -> dict:
     if rse is None:
         rounds, rse = 1, 0.0
     iqr = rse * median * rounds ** 0.5 * 1.349 / (math.pi / 2) ** 0.5
-    return {"min": median - iqr, "median": median, "mean": median, "max": median + iqr, "std": iqr / 1.349,
+    return {"min": max(median - iqr, 0.0), "median": median, "mean": median, "max": median + iqr, "std": iqr / 1.349,
             "iqr": iqr, "rse": rse, "outliers": 0, "rounds": rounds, "warmup": 3, "stopped": "noise",
             "samples": "5" * 32}
 

@@ -8,7 +8,6 @@ import torch
 
 import golden_tasks
 from golden_tasks import In, Out, TensorSpec, jit
-from golden_tasks.outputs import median_rse
 
 SPECS = [TensorSpec("x", (64,), torch.float32, torch.randn), TensorSpec("out", (64,), torch.float32)]
 
@@ -78,7 +77,7 @@ def test_a_kernel_returning_a_cached_result_fails_on_the_second_input_set():
 
 def test_an_honest_kernel_passes_the_recheck_and_says_so():
     result = verify(double, rounds=3)
-    assert result.passed and result.report["warnings"] == []
+    assert result.passed and result.report.warnings == []
     assert result.bench["rounds"] == 3 and result.bench["stopped"] == "rounds" and result.bench["threads"] >= 1
 
 
@@ -98,9 +97,9 @@ def test_adaptive_rounds_stop_on_each_criterion_with_real_timing():
 def test_speedup_comes_with_its_uncertainty():
     result = verify(double, rse=0.2, warmup=1)
     row = result.report
-    assert row["speedup"] == pytest.approx(row["golden_us"] / row["kernel_us"])
-    k, g = median_rse(row["kernel_timing"]), median_rse(row["golden_timing"])  # the medians' noise
-    assert row["speedup_err"] == pytest.approx(row["speedup"] * (k * k + g * g) ** 0.5)
+    assert row.speedup == pytest.approx(row.golden_us / row.kernel_us)
+    k, g = row.kernel_timing.median_rse, row.golden_timing.median_rse  # the medians' noise
+    assert row.speedup_err == pytest.approx(row.speedup * (k * k + g * g) ** 0.5)
 
 
 def golden_zeros(t):
@@ -115,7 +114,7 @@ def zeros(x: In, out: Out):
 def test_a_vacuous_comparison_is_flagged_not_failed():
     result = verify(zeros, golden=golden_zeros, rounds=2)
     assert result.passed
-    assert result.report["warnings"] == ["output 'out': a kernel writing zeros would pass its comparison "
+    assert result.report.warnings == ["output 'out': a kernel writing zeros would pass its comparison "
                                          "(vacuous: the golden is (almost) all within tolerance of it)"]
 
 
@@ -127,7 +126,7 @@ def test_cases_whose_inputs_ignore_the_seed_are_warned_about():
     fixed = [TensorSpec("x", (64,), torch.float32, counting), TensorSpec("out", (64,), torch.float32)]
     result = golden_tasks.run(fn=cached_result, specs=fixed, golden=golden_double, rounds=2, name="fixed")
     assert result.passed  # the second set equals the first: a cached result is right there
-    assert any("equals the first" in w for w in result.report["warnings"])
+    assert any("equals the first" in w for w in result.report.warnings)
 
 
 def test_timings_are_not_reused_across_machines_and_fresh_measures_again(monkeypatch):

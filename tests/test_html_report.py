@@ -20,6 +20,7 @@ from golden_tasks.html_report import (
     ratio_histogram,
     write_page_if_drawn,
 )
+from golden_tasks.records import RunRecord
 
 INSTALL = "apt-get install -y chromium"
 # As root chromium needs --no-sandbox; --virtual-time-budget lets the page's load handler run before the dump;
@@ -196,7 +197,7 @@ RECORD = {
          "golden_timing": None, "rank_us": None, "imbalance": None,
          "keys": {"golden": "0" * 32, "dispatch": "1" * 32, "bench": "2" * 32}},
         {"case": "broken", "status": "FAIL", "stages": {}, "errors": {"plan": "SpecError: bad spec\nmore"},
-         "kernel_timing": {"median": "not a number", "outliers": "not a count"}},
+         "kernel_timing": {"median": 5.0}},
     ],
 }
 
@@ -225,8 +226,12 @@ def test_a_record_without_entries_says_why_it_has_no_figures(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     (None, "no run record at {path}: run `doit verify` first"),
-    ("{", "cannot read the run record {path}: Expecting property name"),
-    ('{"cases": [{"status": "PASS"}]}', "{path}: field 'cases' must be a list of objects with a 'case' name"),
+    ("{", "{path}: not JSON: Expecting property name"),
+    ('{"cases": [{"status": "PASS"}]}', "{path}: cases[0]: missing case"),
+    ('{"cases": [{"case": "c", "status": "PASS", "kernel_timing": {"median": "not a number"}}]}',
+     '{path}: cases[0].kernel_timing.median: expected a finite number >= 0, got "not a number"'),
+    ('{"cases": [{"case": "c", "status": "PASS", "kernel_us": 1.0, "golden": 2.0}]}',
+     "{path}: cases[0].golden: not a field of CaseRow (it has case, status, stages,"),
 ])
 def test_a_missing_or_malformed_record_is_one_message(tmp_path, content, message):
     proj = Project(tmp_path / "p", ())
@@ -293,7 +298,7 @@ def test_the_error_histogram_counts_each_judged_element_once_against_its_bound()
 ])
 def test_the_verdict_counts_a_skip_as_no_failure(statuses, passed, verdict):
     record = {"passed": passed, "cases": [{"case": f"c{i}", "status": s} for i, s in enumerate(statuses)]}
-    page = html_report_module.render(record, lambda row: [])
+    page = html_report_module.render(RunRecord.from_json(record), lambda row: [])
     assert f"<title>golden-tasks run: {verdict}</title>" in page
 
 

@@ -204,7 +204,7 @@ class _OfflineKernel(KernelForm):
 def test_an_artifact_without_its_device_is_skipped_with_the_reason_never_passed(tmp_path):
     specs = [TensorSpec("x", (4,), torch.float32), TensorSpec("out", (4,), torch.float32)]
     result = golden_tasks.run(_OfflineKernel(), specs, lambda t: t["out"].copy_(t["x"]), runs_dir=tmp_path)
-    assert not result.passed and result.report["status"] == result.status == "SKIPPED"
+    assert not result.passed and result.report.status == result.status == "SKIPPED"
     assert result and not result.failed and result.skipped == "no test accelerator on this machine"  # not a failure
     assert result.error == "SKIPPED: no test accelerator on this machine"
     assert result.stages["dispatch"] == "skipped" and result.stages["bench"] == "skipped" and result.bench == {}

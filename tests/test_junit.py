@@ -7,6 +7,7 @@ import xmlschema
 from records import record, row, timing
 
 from golden_tasks import junit
+from golden_tasks.records import RunRecord
 
 SCHEMAS = Path(__file__).parent / "data" / "junit"
 MISMATCH = ("output 'out': 2/20 elements mismatched (rtol=0.001, atol=1e-05)\n"
@@ -21,8 +22,13 @@ def schemas():
     return [xmlschema.XMLSchema10(SCHEMAS / name) for name in ("ant-junit.xsd", "jenkins-junit-10.xsd")]
 
 
-def mixed_record() -> dict:
-    return record(
+def run_record(*rows: dict) -> RunRecord:
+    """The record of these rows, read as report.json's would be."""
+    return RunRecord.from_json(record(*rows))
+
+
+def mixed_record() -> RunRecord:
+    return run_record(
         row("rms_norm", kernel=timing(12.5, 0.004, rounds=40), speedup_err=0.02, max_abs=3e-7,
             warnings=["output 'o': its golden is constant (0.0)"]),
         row("softmax", "FAIL", stages={"abi": "cached", "compile": "cached", "inputs": "cached", "golden": "ran",
@@ -74,7 +80,7 @@ def test_a_mixed_run_validates_and_has_the_right_counts_and_verdicts(tmp_path, s
 
 def test_an_all_pass_run_validates_with_no_failures(tmp_path, schemas):
     path = tmp_path / "report.xml"
-    junit.write(path, record(row("a"), row("b")))
+    junit.write(path, run_record(row("a"), row("b")))
     for schema in schemas:
         schema.validate(str(path))
     suite = ET.parse(path).getroot()
@@ -95,6 +101,6 @@ def test_the_schemas_reject_what_they_should(schemas):
 def test_write_replaces_the_file_whole(tmp_path):
     path = tmp_path / "report.xml"
     path.write_text("old")
-    junit.write(path, record(row("a")))
-    assert path.read_text(encoding="utf-8") == junit.to_xml(record(row("a")))
+    junit.write(path, run_record(row("a")))
+    assert path.read_text(encoding="utf-8") == junit.to_xml(run_record(row("a")))
     assert [p.name for p in tmp_path.iterdir()] == ["report.xml"]  # no temporary file left

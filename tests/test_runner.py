@@ -119,7 +119,7 @@ def test_golden_that_raises_stops_before_the_kernel():
 
 def test_no_golden_is_not_a_pass():
     result = verify(gold=None)
-    assert not result.passed and result.report["status"] == "SKIPPED"
+    assert not result.passed and result.report.status == "SKIPPED"
 
 
 def test_plain_function_is_refused():

@@ -7,34 +7,40 @@ import sys
 import pytest
 from records import record, row, timing
 
-from golden_tasks.runs_compare import Timing, judge
+from golden_tasks.records import Timing
+from golden_tasks.runs_compare import judge
+
+
+def noisy(median: float, rse: float | None) -> Timing:
+    """A timing with this median and relative standard error of it (None: one round)."""
+    return Timing.from_json(timing(median, rse))
 
 
 @pytest.mark.parametrize(("a", "b", "verdict"), [
-    (Timing(20.0, 0.01), Timing(15.0, 0.01), "FASTER"),       # 25% faster, 1% noise
-    (Timing(20.0, 0.01), Timing(25.0, 0.01), "SLOWER"),
-    (Timing(20.0, 0.002), Timing(20.1, 0.002), "SAME"),       # 0.5% apart, the interval within +-2%
-    (Timing(20.0, 0.001), Timing(20.2, 0.001), "SAME"),       # 1% slower beyond the noise, yet under 2%
-    (Timing(20.0, 0.30), Timing(10.0, 0.30), "UNCERTAIN"),    # half the time, but 30% noise
-    (Timing(20.0, 0.01), Timing(20.0, 0.01), "UNCERTAIN"),    # equal means, but +-3 errors reach past 2%
-    (Timing(20.0, 0.03), Timing(21.0, 0.03), "UNCERTAIN"),    # 5% slower within the noise
-    (Timing(20.0, None), Timing(40.0, 0.01), "UNCERTAIN"),    # one round: no noise estimate
-    (Timing(20.0, 0.0), Timing(20.3, 0.0), "SAME"),           # no noise at all (a coarse clock)
+    (noisy(20.0, 0.01), noisy(15.0, 0.01), "FASTER"),       # 25% faster, 1% noise
+    (noisy(20.0, 0.01), noisy(25.0, 0.01), "SLOWER"),
+    (noisy(20.0, 0.002), noisy(20.1, 0.002), "SAME"),       # 0.5% apart, the interval within +-2%
+    (noisy(20.0, 0.001), noisy(20.2, 0.001), "SAME"),       # 1% slower beyond the noise, yet under 2%
+    (noisy(20.0, 0.30), noisy(10.0, 0.30), "UNCERTAIN"),    # half the time, but 30% noise
+    (noisy(20.0, 0.01), noisy(20.0, 0.01), "UNCERTAIN"),    # equal means, but +-3 errors reach past 2%
+    (noisy(20.0, 0.03), noisy(21.0, 0.03), "UNCERTAIN"),    # 5% slower within the noise
+    (noisy(20.0, None), noisy(40.0, 0.01), "UNCERTAIN"),    # one round: no noise estimate
+    (noisy(20.0, 0.0), noisy(20.3, 0.0), "SAME"),           # no noise at all (a coarse clock)
 ])
 def test_verdict_rule_on_the_noise_inside_the_runs(a, b, verdict):
     assert judge(a, b, drift=0).verdict == verdict
 
 
 def test_ratio_and_its_standard_error():
-    change = judge(Timing(20.0, 0.03), Timing(25.0, 0.04), drift=0)
+    change = judge(noisy(20.0, 0.03), noisy(25.0, 0.04), drift=0)
     assert change.ratio == 1.25 and change.err == pytest.approx(1.25 * 0.05)
     # the drift between runs enters once for each run
-    assert judge(Timing(20.0, 0.03), Timing(25.0, 0.04), drift=0.02).err == pytest.approx(1.25 * 0.0033 ** 0.5)
-    assert judge(Timing(20.0, None), Timing(25.0, 0.04)).err is None
+    assert judge(noisy(20.0, 0.03), noisy(25.0, 0.04), drift=0.02).err == pytest.approx(1.25 * 0.0033 ** 0.5)
+    assert judge(noisy(20.0, None), noisy(25.0, 0.04)).err is None
 
 
 def test_threshold_and_sigmas_move_the_verdict():
-    a, b = Timing(20.0, 0.002), Timing(20.6, 0.002)  # 3% slower, 0.3% noise
+    a, b = noisy(20.0, 0.002), noisy(20.6, 0.002)  # 3% slower, 0.3% noise
     assert judge(a, b, drift=0).verdict == "SLOWER"
     assert judge(a, b, threshold=0.05, drift=0).verdict == "SAME"
     assert judge(a, b, sigmas=20, drift=0).verdict == "UNCERTAIN"
@@ -44,12 +50,12 @@ def test_threshold_and_sigmas_move_the_verdict():
 def test_the_drift_between_runs_of_unchanged_code_is_no_verdict(change):
     """Runs of the same code move by more than their rounds' noise: within the default drift, a precise
     timing is not called FASTER or SLOWER."""
-    assert judge(Timing(20.0, 0.002), Timing(20.0 * change, 0.002)).verdict == "UNCERTAIN"
+    assert judge(noisy(20.0, 0.002), noisy(20.0 * change, 0.002)).verdict == "UNCERTAIN"
 
 
 @pytest.mark.parametrize(("change", "verdict"), [(1.3, "SLOWER"), (1 / 1.3, "FASTER")])
 def test_a_change_of_a_third_is_reported_through_the_drift(change, verdict):
-    assert judge(Timing(20.0, 0.01), Timing(20.0 * change, 0.01)).verdict == verdict
+    assert judge(noisy(20.0, 0.01), noisy(20.0 * change, 0.01)).verdict == verdict
 
 
 def run(tmp_path, a, b, *options):
@@ -84,7 +90,7 @@ def test_a_timing_reused_from_the_cache_is_the_same_measurement(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[:2] == ["A: A.json", "B: B.json"]
     assert "rms_norm  20.00 ±5.0%  20.00 ±5.0%  1.000 ±0.000  SAME (one measurement: the same bench entry)" in lines
-    retimed = dict(cached, kernel_timing=dict(cached["kernel_timing"], times=[20.1] * 20))  # the same key, re-timed
+    retimed = dict(cached, kernel_timing=dict(cached["kernel_timing"], samples="6" * 32))  # the same key, re-timed
     proc = run(tmp_path, old_format, {"cases": [retimed]})
     assert "rms_norm  20.00 ±5.0%  20.00 ±5.0%  1.000 ±0.082  UNCERTAIN" in proc.stdout.splitlines()
 
