@@ -10,7 +10,6 @@ manifest, so data saved by one run can feed another case. The files are read,
 never written; their content digests enter the keys of the stages that read
 them, so changing a file re-runs exactly what depends on it.
 """
-import json
 from pathlib import Path
 
 import torch
@@ -18,6 +17,7 @@ import torch
 from .errors import SpecError
 from .hashing import digest_file
 from .observe import listed
+from .records import BadRecord, Manifest
 from .specs import dtype_name
 from .tensors import map_raw
 
@@ -27,8 +27,8 @@ RUNTIME_FOLDERS = {"in": "data/in", "out": "data/golden"}
 def _manifest(root: Path):
     """The tensors table of a runtime dir, or None for a plain data directory."""
     try:
-        return json.loads((root / "manifest.json").read_text())["tensors"]
-    except (OSError, ValueError, KeyError):
+        return Manifest.read(root).tensors
+    except BadRecord:
         return None
 
 

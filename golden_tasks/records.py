@@ -1,11 +1,12 @@
-"""The run record (runs/report.json) and its parts, declared once: a RunRecord holds a CaseRow per case,
-and a row the kernel's and the golden's Timing.
+"""The files golden-tasks writes for people and scripts to read, as types declared once: the run record
+(runs/report.json: a RunRecord holds a CaseRow per case, and a row the kernel's and the golden's Timing)
+and a runtime dir's Manifest (runs/<case>/manifest.json).
 
-report builds them (in the doit parent, and in golden_tasks.run); the JUnit writer, the HTML page,
-`compare` and `golden-tasks watch` read them. `to_json` is the one writer and `from_json` the one reader
-of each: a value of the wrong kind, or a field the type does not declare (a misspelling), is a BadRecord
-naming where it is (`cases[0].kernel_timing.median`); a field a record from an older version lacks takes
-its default. docs/reports.md says what each field means.
+report builds the record (in the doit parent, and in golden_tasks.run); the JUnit writer, the HTML page,
+`compare` and `golden-tasks watch` read it; runtime writes a Manifest, replay and data read it. `to_json`
+is the one writer and `from_json` the one reader of each: a value of the wrong kind, or a field the type
+does not declare (a misspelling), is a BadRecord naming where it is (`cases[0].kernel_timing.median`); a
+field a file from an older version lacks takes its default. docs/reports.md says what each field means.
 """
 import dataclasses
 import functools
@@ -61,7 +62,7 @@ def _reader(kind):
     if typing.get_origin(kind) is list:
         item = _or_none(_reader(typing.get_args(kind)[0]))
         return lambda value, where: [item(v, f"{where}[{i}]") for i, v in enumerate(_list(value, where))]
-    if isinstance(kind, type) and issubclass(kind, _Json):
+    if isinstance(kind, type) and issubclass(kind, JsonRecord):
         return kind.from_json
     if isinstance(kind, type) and issubclass(kind, (Verdict, StageState)):
         def word(value, where):
@@ -87,7 +88,7 @@ def _field_readers(cls) -> dict:
             if not name.startswith("_")}
 
 
-class _Json:
+class JsonRecord:
     """A record type: a kw_only dataclass whose fields are JSON values, enums, nested records, or lists and
     mappings of them. Fields that are None are left out of its JSON when `_OMIT_NONE`."""
     _OMIT_NONE = False
@@ -120,7 +121,7 @@ class _Json:
 
 
 def _to_json(value):
-    if isinstance(value, _Json):
+    if isinstance(value, JsonRecord):
         return value.to_json()
     if isinstance(value, list):
         return [_to_json(v) for v in value]
@@ -130,7 +131,7 @@ def _to_json(value):
 
 
 @dataclasses.dataclass(kw_only=True)
-class Timing(_Json):
+class Timing(JsonRecord):
     """A timing's summary in microseconds (stages.summary's, its round times kept in the cache object
     `samples`), and where the kernel's was measured. Several ranks: the summary is of each round's slowest
     rank, and `ranks` holds each rank's own."""
@@ -177,7 +178,7 @@ class Timing(_Json):
 
 
 @dataclasses.dataclass(kw_only=True)
-class CaseRow(_Json):
+class CaseRow(JsonRecord):
     """One case's summary in a run (report.case_row); docs/reports.md describes each field."""
     case: str
     status: Verdict
@@ -204,7 +205,7 @@ class CaseRow(_Json):
 
 
 @dataclasses.dataclass(kw_only=True)
-class RunRecord(_Json):
+class RunRecord(JsonRecord):
     """A run: its rows in library order, when and where it ran. Whether it `passed` and its `counts` follow
     from the rows: written for scripts, not read back."""
     cases: list[CaseRow]
@@ -250,3 +251,52 @@ class RunRecord(_Json):
 
     def row(self, case: str) -> CaseRow | None:
         return next((row for row in self.cases if row.case == case), None)
+
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 2  # 2: the second input set (data/in2, data/golden2)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Manifest(JsonRecord):
+    """A runtime dir's manifest.json (golden_tasks.runtime): what its run was, and every file's digest."""
+    format: int
+    case: str
+    module: str = None  # None: defined by golden_tasks.run, not in a kernel module
+    profile: str = None
+    keys: dict[str, str]  # stage -> the key of the entry the run used
+    fingerprints: dict  # plan field -> its fingerprint (runtime.FINGERPRINTS), "parts" -> what they hash
+    toolchain: dict
+    pipeline: str
+    table: list[dict]  # the parameter table (specs.abi_table)
+    placement: dict = dataclasses.field(default_factory=dict)  # name -> where a tensor is resident
+    bench: dict  # the plan's BenchSettings
+    timeout: float = None
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # saved stage -> why it skipped
+    artifact: dict  # the compiled kernel: backend, module, table, files
+    tensors: dict[str, dict]  # relative path -> digest, nbytes, dtype, shape
+    files: dict[str, dict]  # other files (policy.pkl) -> digest, nbytes
+    mtimes: dict[str, int] = dataclasses.field(default_factory=dict)  # relative path -> st_mtime_ns when written
+
+    def recorded(self) -> dict:
+        """Every file of the runtime dir (relative path -> digest, nbytes, ...) but the manifest and report."""
+        return {**self.tensors, **self.artifact["files"], **self.files}
+
+    @classmethod
+    def read(cls, case_dir: Path) -> "Manifest":
+        """The manifest of the runtime dir `case_dir`; BadRecord saying what it is not."""
+        path = Path(case_dir) / MANIFEST
+        try:
+            data = json.loads(path.read_text())
+        except OSError:
+            raise BadRecord(f"{case_dir} is not a runtime dir: no {MANIFEST}") from None
+        except ValueError as exc:
+            raise BadRecord(f"{path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+            raise BadRecord(f"{case_dir} was written by another version of golden-tasks (format "
+                            f"{data.get('format') if isinstance(data, dict) else None}, this one reads "
+                            f"{MANIFEST_FORMAT}): verify the case again to rewrite it")
+        try:
+            return cls.from_json(data)
+        except BadRecord as exc:
+            raise BadRecord(f"{path}: {exc}") from None

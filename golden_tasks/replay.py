@@ -7,7 +7,6 @@ the saved data is stale against the current source, and refuses an artifact
 built by another toolchain before dispatching anything.
 """
 import dataclasses
-import json
 import tempfile
 from pathlib import Path
 
@@ -23,7 +22,8 @@ from .hashing import digest_file
 from .layout import LayoutError, layout
 from .outputs import POLICY_FILE, ValidateMeta
 from .plan import REPLAY_MEANING, from_json
-from .runtime import FORMAT, MANIFEST, records, saved_outputs, saved_plan
+from .records import BadRecord, Manifest
+from .runtime import saved_outputs, saved_plan
 from .specs import placement_of
 from .toolchain import toolchain
 
@@ -41,28 +41,22 @@ class ReplayResult:
     bench: dict  # kernel timing (us)
 
 
-def _read_manifest(path: Path) -> dict:
+def _read_manifest(path: Path) -> Manifest:
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
-    except OSError:
-        raise ReplayError(f"{path} is not a runtime dir: no {MANIFEST}") from None
-    except ValueError as exc:
-        raise ReplayError(f"{path / MANIFEST} is not valid JSON: {exc}") from None
-    if manifest.get("format") != FORMAT:
-        raise ReplayError(f"{path} was written by another version of golden-tasks (format {manifest.get('format')}, "
-                          f"this one reads {FORMAT}): verify the case again to rewrite it")
-    return manifest
+        return Manifest.read(path)
+    except BadRecord as exc:
+        raise ReplayError(str(exc)) from None
 
 
-def toolchain_mismatches(manifest: dict) -> list:
+def toolchain_mismatches(manifest: Manifest) -> list:
     here = toolchain()
-    return [f"{k}: built with {manifest['toolchain'].get(k)!r}, this machine has {here[k]!r}"
-            for k in sorted(here) if manifest["toolchain"].get(k) != here[k]]
+    return [f"{k}: built with {manifest.toolchain.get(k)!r}, this machine has {here[k]!r}"
+            for k in sorted(here) if manifest.toolchain.get(k) != here[k]]
 
 
-def _check_files(path: Path, manifest: dict) -> None:
+def _check_files(path: Path, manifest: Manifest) -> None:
     problems = []
-    for rel, record in sorted(records(manifest).items()):
+    for rel, record in sorted(manifest.recorded().items()):
         file = path / rel
         if not file.exists():
             problems.append(f"{rel}: missing")
@@ -74,9 +68,9 @@ def _check_files(path: Path, manifest: dict) -> None:
         raise ReplayError(f"{path} is damaged:\n  " + "\n  ".join(problems))
 
 
-def _unchecked(manifest: dict, project: Path) -> str | None:
+def _unchecked(manifest: Manifest, project: Path) -> str | None:
     """Why the case's current source cannot be looked up in `project`; None when it can."""
-    if not manifest["module"]:
+    if not manifest.module:
         return "the case was not defined in a kernel module (golden_tasks.run): it has no source to compare"
     try:
         kernels = layout(project).kernels
@@ -87,22 +81,22 @@ def _unchecked(manifest: dict, project: Path) -> str | None:
     return None
 
 
-def staleness(path: Path, manifest: dict, project: Path) -> list:
+def staleness(path: Path, manifest: Manifest, project: Path) -> list:
     """What differs between the saved run and the case's current source, with what it means."""
     found = [f"toolchain changed: {m}" for m in toolchain_mismatches(manifest)]
-    if manifest["module"] not in {m.name for m in layout(project).modules()}:
-        return found + [f"the case cannot be found in the current source ({manifest['module']} is not a module "
+    if manifest.module not in {m.name for m in layout(project).modules()}:
+        return found + [f"the case cannot be found in the current source ({manifest.module} is not a module "
                         "of the project's kernel folders): the saved data is all that is left of it"]
     try:  # planned under the saved run's profile (dirs written before profiles existed: the default)
-        planned = plan_in_subprocess(project, [manifest["module"]], manifest.get("profile", DEFAULT_PROFILE))
+        planned = plan_in_subprocess(project, [manifest.module], manifest.profile or DEFAULT_PROFILE)
     except RuntimeError as exc:
         return found + [f"cannot check the source for staleness: {str(exc).strip().splitlines()[-1]}"]
-    plans = [from_json(p) for m in planned.values() for p in m["cases"] if p["case"] == manifest["case"]]
+    plans = [from_json(p) for m in planned.values() for p in m["cases"] if p["case"] == manifest.case]
     if not plans or plans[0].error:
-        reason = plans[0].error if plans else f"{manifest['module']} no longer defines it"
+        reason = plans[0].error if plans else f"{manifest.module} no longer defines it"
         return found + [f"the case cannot be found in the current source ({reason}): the saved data "
                         "is all that is left of it"]
-    current, saved = plans[0], manifest["fingerprints"]
+    current, saved = plans[0], manifest.fingerprints
     for field, meaning in REPLAY_MEANING.items():
         if field in saved and getattr(current, field) != saved[field]:  # dirs written before a field was recorded
             detail = ""
@@ -112,7 +106,7 @@ def staleness(path: Path, manifest: dict, project: Path) -> list:
                 helpers = [n for n in names if not n.endswith("(body)")]
                 detail = f" ({', '.join(names)}{'; helper modules or constants' if helpers else ''})"
             found.append(f"{field} changed since this data was saved{detail}: "
-                         + meaning.format(case=manifest["case"]))
+                         + meaning.format(case=manifest.case))
     return found
 
 

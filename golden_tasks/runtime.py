@@ -27,12 +27,10 @@ from . import graph
 from .hashing import canonical_json, digest_bytes
 from .outputs import POLICY_FILE, AbiMeta, CompileMeta, InputsMeta, Meta, Outputs
 from .plan import REPLAY_MEANING, Plan
-from .records import CaseRow
+from .records import MANIFEST, MANIFEST_FORMAT, BadRecord, CaseRow, Manifest
 from .store import umask
 from .toolchain import toolchain
 
-MANIFEST = "manifest.json"
-FORMAT = 2  # 2: the second input set (data/in2, data/golden2)
 # What a replay compares with the current source (golden_tasks.plan: each field's `replay`), and
 # the parts that name what changed.
 FINGERPRINTS = (*REPLAY_MEANING, "parts")
@@ -41,11 +39,6 @@ FINGERPRINTS = (*REPLAY_MEANING, "parts")
 # Where each stage's tensors are saved.
 FOLDERS = {"inputs": "data/in", "golden": "data/golden", "dispatch": "data/out", "inputs2": "data/in2",
            "golden2": "data/golden2"}
-
-
-def records(manifest: dict) -> dict:
-    """Every file of a runtime dir (relative path -> digest, nbytes, ...) but the manifest and report."""
-    return {**manifest["tensors"], **manifest["artifact"]["files"], **manifest["files"]}
 
 
 def current_keys(plan: Plan, store, found: dict = None) -> dict:
@@ -61,17 +54,17 @@ def is_current(plan: Plan, store, case_dir: Path, found: dict = None) -> bool:
     since written (size and mtime: the files are hard links, so damage to a cache object shows here too).
     `found`: entries already looked up in this run (graph.resolve)."""
     try:
-        manifest = json.loads((case_dir / MANIFEST).read_text())
-    except (OSError, ValueError):
+        manifest = Manifest.read(case_dir)
+    except BadRecord:
         return False
-    if manifest.get("keys") != current_keys(plan, store, found) or manifest.get("profile") != plan.profile:
+    if manifest.keys != current_keys(plan, store, found) or manifest.profile != plan.profile:
         return False
-    for rel, record in records(manifest).items():
+    for rel, record in manifest.recorded().items():
         try:
             st = os.stat(case_dir / rel)
         except OSError:
             return False
-        if st.st_size != record["nbytes"] or st.st_mtime_ns != manifest["mtimes"].get(rel):
+        if st.st_size != record["nbytes"] or st.st_mtime_ns != manifest.mtimes.get(rel):
             return False
     return True
 
@@ -119,46 +112,36 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow = None) -> P
     if policy:
         _place(store.object_path(policy["digest"]), tmp / POLICY_FILE)
         files[POLICY_FILE] = {"digest": policy["digest"], "nbytes": policy["nbytes"]}
-    manifest = {
-        "format": FORMAT,
-        "case": plan.case,
-        "module": plan.module,
-        "profile": plan.profile,
-        "keys": current_keys(plan, store),
-        "fingerprints": {f: getattr(plan, f) for f in FINGERPRINTS},
-        "toolchain": toolchain(),
-        "pipeline": graph.pipeline_version(),
-        "table": table,
-        "placement": AbiMeta.of(entries["abi"]).placement,
-        "bench": plan.bench,
-        "timeout": plan.timeout,
+    manifest = Manifest(
+        format=MANIFEST_FORMAT, case=plan.case, module=plan.module, profile=plan.profile,
+        keys=current_keys(plan, store), fingerprints={f: getattr(plan, f) for f in FINGERPRINTS},
+        toolchain=toolchain(), pipeline=graph.pipeline_version(), table=table,
+        placement=AbiMeta.of(entries["abi"]).placement, bench=plan.bench, timeout=plan.timeout,
         # saved stages that skipped (a case without a golden): a replay skips what reads them
-        "skipped": {s: reason for s in ("golden", "inputs2", "golden2")
-                    if (reason := graph.BY_NAME[s].meta.of(entries[s]).skipped)},
-        "artifact": {"backend": built.backend, "module": built.module, "table": built.table,
-                     "files": {f"artifact/{n}": {"digest": r["digest"], "nbytes": r["nbytes"]}
-                               for n, r in compiled.objects.items()}},
-        "tensors": tensors,
-        "files": files,
-    }
+        skipped={s: reason for s in ("golden", "inputs2", "golden2")
+                 if (reason := graph.BY_NAME[s].meta.of(entries[s]).skipped)},
+        artifact={"backend": built.backend, "module": built.module, "table": built.table,
+                  "files": {f"artifact/{n}": {"digest": r["digest"], "nbytes": r["nbytes"]}
+                            for n, r in compiled.objects.items()}},
+        tensors=tensors, files=files)
     run_report = {"case": plan.case, "summary": summary and summary.to_json(), "validation": entries["validate"].meta,
                   "kernel_us": graph.load_timings(store, entries["bench"]).kernel_us,
                   "golden_us": graph.load_timings(store, entries["golden_bench"]).golden_us}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))
-    manifest["mtimes"] = {rel: os.stat(tmp / rel).st_mtime_ns for rel in records(manifest)}
-    (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest)), indent=1, sort_keys=True))
+    manifest.mtimes = {rel: os.stat(tmp / rel).st_mtime_ns for rel in manifest.recorded()}
+    (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest.to_json())), indent=1, sort_keys=True))
     _swap_in(tmp, case_dir)
     return case_dir
 
 
-def saved_plan(manifest: dict, bench: dict = None) -> Plan:
+def saved_plan(manifest: Manifest, bench: dict = None) -> Plan:
     """The plan of a runtime dir's run, as far as it was recorded (`bench`: warmup/rounds over the run's)."""
-    return Plan(case=manifest["case"], module=manifest["module"], profile=manifest.get("profile"),
-                timeout=manifest.get("timeout", Plan.timeout), bench={**manifest["bench"], **(bench or {})},
-                **manifest["fingerprints"])
+    return Plan(case=manifest.case, module=manifest.module, profile=manifest.profile,
+                timeout=Plan.timeout if manifest.timeout is None else manifest.timeout,
+                bench={**manifest.bench, **(bench or {})}, **manifest.fingerprints)
 
 
-def saved_outputs(case_dir: Path, manifest: dict) -> dict:
+def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
     """stage -> Outputs for the stages whose results a runtime dir keeps: abi, compile, both input sets
     and the golden's outputs on them (tensors map the saved files; nothing is copied)."""
     from .tensors import map_raw  # noqa: PLC0415 -- imports torch: only where a replay runs
@@ -166,12 +149,12 @@ def saved_outputs(case_dir: Path, manifest: dict) -> dict:
     def folder(stage):
         prefix = f"{FOLDERS[stage]}/"
         return {rel[len(prefix):-len(".bin")]: map_raw(case_dir / rel, record)
-                for rel, record in manifest["tensors"].items() if rel.startswith(prefix)}
+                for rel, record in manifest.tensors.items() if rel.startswith(prefix)}
 
-    table, artifact, inputs, skipped = manifest["table"], manifest["artifact"], folder("inputs"), manifest["skipped"]
+    table, artifact, inputs, skipped = manifest.table, manifest.artifact, folder("inputs"), manifest.skipped
     scalars = {r["name"]: inputs.pop(r["name"]).item() for r in table if r["kind"] == "scalar"}
     return {
-        "abi": Outputs(meta=AbiMeta(table=table, placement=manifest.get("placement", {}))),
+        "abi": Outputs(meta=AbiMeta(table=table, placement=manifest.placement)),
         "compile": Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact["files"]},
                            meta=CompileMeta(backend=artifact["backend"], module=artifact["module"],
                                             table=artifact["table"])),

@@ -12,6 +12,7 @@ import pytest
 from project import Project, recipe
 
 from golden_tasks import cli, config, discover, replay, runtime
+from golden_tasks.records import MANIFEST_FORMAT, Manifest
 from golden_tasks.store import Store
 from golden_tasks.toolchain import toolchain
 
@@ -92,8 +93,9 @@ def test_runtime_dir_is_current_only_under_its_profile(root, tmp_path):
     plan = plans(root)["q"]
     case_dir = tmp_path / "runs" / "q"
     case_dir.mkdir(parents=True)
-    manifest = {"keys": runtime.current_keys(plan, store), "profile": "default", "tensors": {},
-                "artifact": {"files": {}}, "files": {}, "mtimes": {}}
+    manifest = {"format": MANIFEST_FORMAT, "case": "q", "keys": runtime.current_keys(plan, store),
+                "profile": "default", "fingerprints": {}, "toolchain": {}, "pipeline": "p", "table": [], "bench": {},
+                "tensors": {}, "artifact": {"files": {}}, "files": {}, "mtimes": {}}
     (case_dir / runtime.MANIFEST).write_text(json.dumps(manifest))
     assert runtime.is_current(plan, store, case_dir)
     assert not runtime.is_current(dataclasses.replace(plan, profile="flash"), store, case_dir)
@@ -101,11 +103,12 @@ def test_runtime_dir_is_current_only_under_its_profile(root, tmp_path):
 
 def test_replay_checks_staleness_under_the_recorded_profile(root, monkeypatch):
     plan = plans(root, ["profile=flash"])["p"]
-    manifest = {"case": "p", "module": "kernels.p", "profile": "flash", "toolchain": toolchain(),
-                "fingerprints": {f: getattr(plan, f) for f in runtime.FINGERPRINTS}}
+    manifest = Manifest(format=MANIFEST_FORMAT, case="p", module="kernels.p", profile="flash", toolchain=toolchain(),
+                        fingerprints={f: getattr(plan, f) for f in runtime.FINGERPRINTS}, keys={}, pipeline="p",
+                        table=[], bench={}, artifact={"files": {}}, tensors={}, files={})
     monkeypatch.setenv(config.PROFILE_ENV, "default")  # the replaying process's own profile is not used
     assert replay.staleness(root, manifest, root) == []
-    stale = replay.staleness(root, {**manifest, "profile": "default"}, root)
+    stale = replay.staleness(root, dataclasses.replace(manifest, profile="default"), root)
     assert any(s.startswith("signature changed") for s in stale), stale
 
 
