@@ -89,7 +89,7 @@ class Confinement:
 
 # What a confined call must not inherit of the caller's environment: the run's journal, whose lines
 # the run trusts. Its caches and temporary files go to its private directory.
-_JOURNAL = "GOLDEN_TASKS_JOURNAL"  # doit_tasks.JOURNAL_ENV (that module stays free of torch)
+_JOURNAL = "GOLDEN_TASKS_JOURNAL"  # doit_session.JOURNAL_ENV (that module stays free of torch)
 _WITHHELD = (_JOURNAL,)
 _PRIVATE = ("TMPDIR", "HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME",
             "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "MPLCONFIGDIR")

@@ -2,13 +2,16 @@
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from golden_tasks import config, report
-from golden_tasks.doit_tasks import CommandLine
+from golden_tasks.doit_session import CommandLine
 from golden_tasks.library import apply_context
+from golden_tasks.records import CaseRow, RunRecord
 from golden_tasks.toolchain import machine, toolchain
+from golden_tasks.verdicts import Verdict
 
 
 @pytest.mark.parametrize("argv,workers", [
@@ -82,13 +85,12 @@ def test_the_timing_machine_follows_the_visibility_mask_the_environment_names_no
 def test_summary_table_layout():
     stages = {"abi": "cached", "compile": "ran", "inputs": "cached", "golden": "cached", "dispatch": "ran",
               "validate": "FAILED", "inputs2": "cached", "golden2": "cached", "bench": "-", "golden_bench": "ran"}
-    row = {"case": "c", "status": "FAIL", "stages": stages, "max_abs": None, "kernel_us": 10.0,
-           "golden_us": 25.0, "speedup": 2.5, "skipped": None, "rank_us": None, "imbalance": None,
-           "reason": "validate: 3 of 4 mismatched", "log": None}
-    skipped = {**row, "case": "g", "status": "SKIPPED", "skipped": "no GPU", "reason": None}
-    ranked = {**row, "case": "r", "status": "PASS", "reason": None, "rank_us": [9.5, 10.0],
-              "imbalance": "rank 1 was the slowest", "speedup_err": 0.125, "warnings": ["output 'o': vacuous"]}
-    logged = {**row, "case": "l", "log": "/elsewhere/l.log"}
+    row = CaseRow.from_json({"case": "c", "status": "FAIL", "stages": stages, "kernel_us": 10.0, "golden_us": 25.0,
+                             "speedup": 2.5, "reason": "validate: 3 of 4 mismatched"})
+    skipped = replace(row, case="g", status=Verdict.SKIPPED, skipped="no GPU", reason=None)
+    ranked = replace(row, case="r", status=Verdict.PASS, reason=None, rank_us=[9.5, 10.0],
+                     imbalance="rank 1 was the slowest", speedup_err=0.125, warnings=["output 'o': vacuous"])
+    logged = replace(row, case="l", log="/elsewhere/l.log")
     header, rule, line, skipped_line, ranked_line, logged_line, reason, warned, per_rank, failed, failed_logged = \
         report.format_table([row, skipped, ranked, logged]).splitlines()
     assert reason == "g: SKIPPED: no GPU"
@@ -104,13 +106,18 @@ def test_summary_table_layout():
                             "ran", "-", "10.0", "25.0", "2.50x"]
 
 
+def rows_of(*statuses: str) -> list:
+    return [CaseRow(case=f"c{i}", status=Verdict(s)) for i, s in enumerate(statuses)]
+
+
 def test_a_skipped_case_is_not_a_failure_and_the_last_line_counts_every_status():
-    rows = [{"status": s} for s in ("PASS", "SKIPPED", "PASS")]
-    assert report.passed(rows) and report.counts(rows) == {"SKIPPED": 1, "PASS": 2}
+    rows = rows_of("PASS", "SKIPPED", "PASS")
+    assert RunRecord(cases=rows).passed and RunRecord(cases=rows).counts == {"SKIPPED": 1, "PASS": 2}
     assert report.outcome_line(rows) == "3 cases: 1 SKIPPED, 2 PASS"
-    failed = rows + [{"status": "INCOMPLETE"}, {"status": "FAIL"}]
-    assert not report.passed(failed) and report.outcome_line(failed) == "5 cases: 1 FAIL, 1 INCOMPLETE, 1 SKIPPED, 2 PASS"
-    assert report.outcome_line([{"status": "SKIPPED"}] * 2) == \
+    failed = rows + rows_of("INCOMPLETE", "FAIL")
+    assert not RunRecord(cases=failed).passed
+    assert report.outcome_line(failed) == "5 cases: 1 FAIL, 1 INCOMPLETE, 1 SKIPPED, 2 PASS"
+    assert report.outcome_line(rows_of("SKIPPED", "SKIPPED")) == \
         "all 2 selected cases SKIPPED: nothing was verified on this machine (the reasons are above)"
 
 
@@ -133,15 +140,15 @@ def test_the_exit_status_follows_doits_meanings_whatever_doit_returned():
 
     from doit.exceptions import TaskError, TaskFailed, UnmetDependency
 
-    from golden_tasks.doit_tasks import SummaryReporter
+    from golden_tasks.doit_reporter import SummaryReporter
 
     reporter = SummaryReporter(io.StringIO(), {})
-    skipped_and_passed = [{"status": "PASS"}, {"status": "SKIPPED"}]
+    skipped_and_passed = RunRecord(cases=rows_of("PASS", "SKIPPED"))
     assert reporter.exit_status(skipped_and_passed) == 0
     reporter.failures = [{"task": None, "exception": TaskFailed("validation FAILED")},
                          {"task": None, "exception": UnmetDependency("bench:c")}]
-    assert reporter.exit_status([{"status": "FAIL"}, *skipped_and_passed]) == 1
+    assert reporter.exit_status(RunRecord(cases=rows_of("FAIL", "PASS", "SKIPPED"))) == 1
     reporter.failures.append({"task": None, "exception": TaskError("checking dependencies raised")})
-    assert reporter.exit_status([{"status": "FAIL"}]) == 2
+    assert reporter.exit_status(RunRecord(cases=rows_of("FAIL"))) == 2
     reporter.failures, reporter.runtime_errors = [], ["a cyclic dependency"]
     assert reporter.exit_status(skipped_and_passed) == 2

@@ -204,7 +204,7 @@ def test_mistyped_names_bad_variables_and_help(project):
 
 
 def test_the_selection_is_read_as_doit_reads_it():
-    from golden_tasks.doit_tasks import CommandLine
+    from golden_tasks.doit_session import CommandLine
 
     line = CommandLine.parse(["-n", "2", "--continue", "verify:a", "rounds=3"])
     assert line.command == "run" and line.tasks == ("verify:a",) and line.selects("verify:a")
