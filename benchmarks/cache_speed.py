@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from golden_tasks.store import Store
-from golden_tasks.tensors import load_tensor, put_tensor
+from golden_tasks.storage.store import Store
+from golden_tasks.storage.tensors import load_tensor, put_tensor
 
 ROOT = Path(__file__).resolve().parents[1]
 DOIT_VARS = ("backend=eager",)

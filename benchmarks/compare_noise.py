@@ -25,9 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from golden_tasks.records import RunRecord, Timing
-from golden_tasks.runs_compare import DRIFT, judge
-from golden_tasks.verdicts import Speed
+from golden_tasks.model.records import RunRecord, Timing
+from golden_tasks.model.verdicts import Speed
+from golden_tasks.reports.runs_compare import DRIFT, judge
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 import golden_tasks
-from golden_tasks import config
+from golden_tasks.project import config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = (("rms_norm_cpp", "rms_norm"), ("softmax_cpp", "softmax"), ("gemm_cpp", "gemm"))

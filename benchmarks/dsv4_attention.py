@@ -38,7 +38,7 @@ def reset_peak() -> float:
 
 def flash_inputs(name: str) -> dict:
     """Generate the case's inputs under the active profile; figures as a dict (run in a subprocess)."""
-    from golden_tasks.specs import stamp_all
+    from golden_tasks.model.specs import stamp_all
     from golden_tasks.stages import make
     from kernels import decode_attention
 

@@ -7,7 +7,7 @@ For honest kernels of about 10 us, 100 us and 1 ms (a matmul of three sizes):
   loop timing each call with perf_counter (as the bench does, without its defences). Timer's blocks run
   the calls back to back, which for a small multi-threaded matmul is not what one call costs: where
   Timer and the plain loop disagree, the bench should agree with the plain loop. Both run in a child
-  forked from golden_tasks' forkserver (golden_tasks.isolate), the kind of process the bench's rank is:
+  forked from golden_tasks' forkserver (golden_tasks.forms.isolate), the kind of process the bench's rank is:
   the same matmul is 5-10% slower in this script's own process, which has started and waited on others;
 - the bench stage's wall time with the defences (this checkout) and before them (`--before`, by default
   the commit before they landed, unpacked with `git archive`), each in its own process and cache, the
@@ -32,7 +32,7 @@ from torch.utils.benchmark import Timer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from golden_tasks import isolate  # noqa: E402 -- this checkout's, not an installed one
+from golden_tasks.forms import isolate  # noqa: E402 -- this checkout's, not an installed one
 
 SIZES = {"10 us": 40, "100 us": 120, "1 ms": 400}  # matmul sizes near those times on a 2-core CPU
 

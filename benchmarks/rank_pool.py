@@ -5,7 +5,7 @@ same world size with gloo:
 
 - bare: W processes meeting through torchrun-style variables, each timing a
   plain loop of `dist.all_reduce` (no barriers, no per-round clock reads);
-- pool: the bench stage's machinery (golden_tasks.ranks.run with
+- pool: the bench stage's machinery (golden_tasks.forms.ranks.run with
   stages.bench.time_kernel): isolated rank processes, placement, a barrier
   before and after every round, each rank timing its own call. Its cost per
   round is the slope of the pool's wall time between two round counts (the
@@ -64,9 +64,9 @@ def pool(world: int, values: int, rounds: int) -> tuple:
     """(microseconds per round, seconds for a pool of one round: its start) of the bench stage's rank pool."""
     import torch
 
-    from golden_tasks import ranks
-    from golden_tasks.outputs import InputsMeta, Outputs
-    from golden_tasks.specs import rank_view
+    from golden_tasks.forms import ranks
+    from golden_tasks.model.outputs import InputsMeta, Outputs
+    from golden_tasks.model.specs import rank_view
     from golden_tasks.stages.bench import time_kernel
     from kernels.collectives import allreduce, allreduce_specs
 

@@ -1,10 +1,10 @@
 """Shared fixtures: every test gets its own cache and runs directory, and the default profile. Third-party
-warnings are filtered as a run filters them (golden_tasks.config.THIRD_PARTY_WARNINGS)."""
+warnings are filtered as a run filters them (golden_tasks.project.config.THIRD_PARTY_WARNINGS)."""
 import re
 
 import pytest
 
-from golden_tasks.config import THIRD_PARTY_WARNINGS
+from golden_tasks.project.config import THIRD_PARTY_WARNINGS
 
 
 def pytest_configure(config):

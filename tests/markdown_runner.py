@@ -44,7 +44,7 @@ from sybil import Document, Example
 from sybil.parsers.markdown import SkipParser
 from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, FencedCodeBlockLexer
 
-from golden_tasks.layout import tomllib  # the tomli backport below Python 3.11
+from golden_tasks.project.layout import tomllib  # the tomli backport below Python 3.11
 
 # The verbs each language reads; a directive before a block of another language is a mistake.
 VERBS = {

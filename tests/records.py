@@ -1,4 +1,4 @@
-"""Run records (runs/report.json, in the shape golden_tasks.report writes) built by hand, for the readers
+"""Run records (runs/report.json, in the shape golden_tasks.reports.report writes) built by hand, for the readers
 of run records: the JUnit writer and `golden-tasks compare`."""
 import math
 

@@ -1,7 +1,7 @@
 import torch
 
 from golden_tasks import TensorSpec
-from golden_tasks.specs import signature_of
+from golden_tasks.model.specs import signature_of
 from golden_tasks.stages.abi import problems
 
 

@@ -130,8 +130,9 @@ def test_cases_whose_inputs_ignore_the_seed_are_warned_about():
 
 
 def test_timings_are_not_reused_across_machines_and_fresh_measures_again(monkeypatch):
-    from golden_tasks import graph, toolchain
-    from golden_tasks.plan import Plan
+    from golden_tasks.model.plan import Plan
+    from golden_tasks.pipeline import graph
+    from golden_tasks.project import toolchain
 
     plan = Plan(case="c", kernel="k", golden="g", policy="p")
     keyed = {s.name: graph.recipe(s, plan, {}) for s in graph.STAGES}

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from project import Project, stage_results
 
-from golden_tasks import cli, graph
+from golden_tasks.frontends import cli
+from golden_tasks.pipeline import graph
 
 EAGER = "backend=eager"
 
@@ -111,9 +112,9 @@ def test_global_options_before_or_after_the_subcommand(tmp_path, monkeypatch, ca
 
 def test_replay_takes_project_after_its_directory(tmp_path, monkeypatch):
     calls = []
-    fake = types.ModuleType("golden_tasks.replay")
+    fake = types.ModuleType("golden_tasks.pipeline.replay")
     fake.main = lambda runtime_dir, project: calls.append((runtime_dir, project)) or 0
-    monkeypatch.setitem(sys.modules, "golden_tasks.replay", fake)
+    monkeypatch.setitem(sys.modules, "golden_tasks.pipeline.replay", fake)
     monkeypatch.chdir(tmp_path)
     assert cli.main(["replay", "runs/rms_norm", "--project", str(tmp_path / "checkout")]) == 0
     assert cli.main(["--project", str(tmp_path / "checkout"), "replay", "runs/rms_norm"]) == 0

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from golden_tasks.compare import (
+from golden_tasks.model.compare import (
     Allclose,
     Comparison,
     Policy,
@@ -15,7 +15,7 @@ from golden_tasks.compare import (
     ratio_reldiff,
     topk_pair_compare,
 )
-from golden_tasks.fingerprint import fingerprint
+from golden_tasks.project.fingerprint import fingerprint
 
 POLICY = Policy(rtol=1e-3, atol=1e-5)
 NAN, INF = float("nan"), float("inf")

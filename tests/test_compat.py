@@ -1,13 +1,13 @@
 """What users and saved files name keeps working across golden-tasks' own reorganisations: a runtime dir
 written before the modules moved into layered packages (tests/data/runtime_dir_before_layers, by golden_tasks.run
-at commit ba79ae9: its manifest names golden_tasks.jit, its artifact's pickle golden_tasks.specs and its policy's
-golden_tasks.compare) replays, and the documented import paths import."""
+at commit ba79ae9: its manifest names golden_tasks.jit, its artifact's pickle golden_tasks.model.specs and its policy's
+golden_tasks.model.compare) replays, and the documented import paths import."""
 import json
 import shutil
 from pathlib import Path
 
-from golden_tasks import replay
-from golden_tasks.toolchain import toolchain
+from golden_tasks.pipeline import replay
+from golden_tasks.project.toolchain import toolchain
 
 SAVED = Path(__file__).parent / "data" / "runtime_dir_before_layers"
 

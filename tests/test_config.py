@@ -6,12 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from golden_tasks import config, report
-from golden_tasks.doit_session import CommandLine
-from golden_tasks.library import apply_context
-from golden_tasks.records import CaseRow, RunRecord
-from golden_tasks.toolchain import machine, toolchain
-from golden_tasks.verdicts import Verdict
+from golden_tasks.frontends.doit_session import CommandLine
+from golden_tasks.model.records import CaseRow, RunRecord
+from golden_tasks.model.verdicts import Verdict
+from golden_tasks.planning.library import apply_context
+from golden_tasks.project import config
+from golden_tasks.project.toolchain import machine, toolchain
+from golden_tasks.reports import report
 
 
 @pytest.mark.parametrize("argv,workers", [
@@ -140,7 +141,7 @@ def test_the_exit_status_follows_doits_meanings_whatever_doit_returned():
 
     from doit.exceptions import TaskError, TaskFailed, UnmetDependency
 
-    from golden_tasks.doit_reporter import SummaryReporter
+    from golden_tasks.frontends.doit_reporter import SummaryReporter
 
     reporter = SummaryReporter(io.StringIO(), {})
     skipped_and_passed = RunRecord(cases=rows_of("PASS", "SKIPPED"))

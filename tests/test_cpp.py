@@ -8,18 +8,18 @@ import textwrap
 
 import pytest
 import torch
-
-import golden_tasks
-from golden_tasks import CompileError, In, Out, Scalar, ScalarSpec, SpecError, TensorSpec, cpp
 from golden_tasks.cpp import (  # the submodule first: `golden_tasks.cpp` must stay the decorator
     CppArtifact,
     c_scalar,
     prerequisites,
 )
-from golden_tasks.errors import StageFailed
-from golden_tasks.fingerprint import Fingerprinter, parts
-from golden_tasks.forms import Artifact
-from golden_tasks.specs import signature_of
+
+import golden_tasks
+from golden_tasks import CompileError, In, Out, Scalar, ScalarSpec, SpecError, TensorSpec, cpp
+from golden_tasks.forms.base import Artifact
+from golden_tasks.model.errors import StageFailed
+from golden_tasks.model.specs import signature_of
+from golden_tasks.project.fingerprint import Fingerprinter, parts
 from golden_tasks.stages import abi
 
 F32, I64 = torch.float32, torch.int64

@@ -12,8 +12,8 @@ import torch
 from project import ROOT, Project
 
 from golden_tasks import ScalarSpec, TensorSpec
-from golden_tasks.errors import StageFailed
-from golden_tasks.specs import dtype_of
+from golden_tasks.model.errors import StageFailed
+from golden_tasks.model.specs import dtype_of
 from kernels import cpp_kernels, gemm, rms_norm, softmax
 
 U = 2.0 ** -24

@@ -7,7 +7,7 @@ from project import Project, ran, stage_results
 
 import golden_tasks
 from golden_tasks import Case, In, InOut, Out, Scalar, ScalarSpec, SpecError, TensorSpec, jit
-from golden_tasks.data import describe
+from golden_tasks.planning.data import describe
 
 
 @jit(backend="eager")

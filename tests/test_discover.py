@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-from golden_tasks import discover, observe
-from golden_tasks.layout import layout
-from golden_tasks.store import Store
+from golden_tasks.planning import discover
+from golden_tasks.project import observe
+from golden_tasks.project.layout import layout
+from golden_tasks.storage.store import Store
 
 HELPERS = "FACTOR = 2.0\n\ndef scale(x):\n    return x * FACTOR\n"
 MODULE = '''

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from project import ROOT, Project, base_install, fresh_venv, package_view
 
-from golden_tasks.origin import PROJECT_ENV
+from golden_tasks.model.origin import PROJECT_ENV
 
 STAGES = ("abi", "compile", "inputs", "golden", "dispatch", "validate", "inputs2", "golden2", "bench", "golden_bench")
 # torch is a library wherever it is found; the kernel module, its project's, is user code
-WHOSE = ("import torch, kernels.hello_world; from golden_tasks.origin import is_user_module; "
+WHOSE = ("import torch, kernels.hello_world; from golden_tasks.model.origin import is_user_module; "
          "print(is_user_module('torch'), is_user_module('numpy'), is_user_module('kernels.hello_world'))")
 
 
 def _without_projects(env: dict) -> dict:
-    """`env` without the projects this test process registered (golden_tasks.origin): a run in
+    """`env` without the projects this test process registered (golden_tasks.model.origin): a run in
     another project knows its own."""
     return {k: v for k, v in env.items() if k != PROJECT_ENV}
 

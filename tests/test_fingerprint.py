@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import golden_tasks
-from golden_tasks.fingerprint import Fingerprinter, fingerprint, parts
+from golden_tasks.project.fingerprint import Fingerprinter, fingerprint, parts
 
 BASE = '''
 import torch
@@ -517,7 +517,7 @@ def test_objects_it_does_not_foresee_are_volatile_never_an_error(load):
 
 def test_a_kernel_reaching_what_cannot_be_fingerprinted_plans_volatile_not_failed(load):
     from golden_tasks import Case, TensorSpec, jit
-    from golden_tasks.case import plan_of
+    from golden_tasks.planning.case import plan_of
 
     mod = load("import golden_tasks\n\nNAME = type.__dict__['__name__']\n\nclass Odd:\n    @property\n"
                "    def __dict__(self):\n        raise RuntimeError('no dict here')\n\nODD = Odd()\n\n"
@@ -587,7 +587,7 @@ DETERMINISM = {
 
 
 def test_the_same_sources_fingerprint_alike_in_fresh_interpreters_wherever_they_lie(tmp_path):
-    code = ("import json, fpkg.mod as m; from golden_tasks.fingerprint import Fingerprinter; "
+    code = ("import json, fpkg.mod as m; from golden_tasks.project.fingerprint import Fingerprinter; "
             "fp = Fingerprinter(); print(json.dumps([fp(m.kernel), fp.volatile]))")
     repo = str(Path(golden_tasks.__file__).parent.parent)
     results = []

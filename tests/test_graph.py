@@ -2,10 +2,11 @@
 import dataclasses
 import json
 
-from golden_tasks import graph
-from golden_tasks.outputs import AbiMeta, Outputs
-from golden_tasks.plan import Plan
-from golden_tasks.store import Store
+from golden_tasks.model.outputs import AbiMeta, Outputs
+from golden_tasks.model.plan import Plan
+from golden_tasks.pipeline import graph
+from golden_tasks.project import toolchain
+from golden_tasks.storage.store import Store
 
 PLAN = Plan(case="c", kernel="k1", golden="g1", bench={"warmup": 1, "rounds": 1}, policy="p1")
 
@@ -49,7 +50,7 @@ def test_upstream_digest_change_changes_downstream_key(tmp_path):
 
 
 def test_pipeline_version_is_stable():
-    assert graph.pipeline_version() == graph.pipeline_version()
+    assert toolchain.pipeline_version() == toolchain.pipeline_version()
 
 
 def key_of(stage, plan, store):
@@ -127,7 +128,7 @@ def test_a_replaced_entry_is_read_again(tmp_path):
 
 
 def test_round_times_live_in_a_samples_object_beside_the_summary(tmp_path):
-    from golden_tasks.outputs import SAMPLES_FILE, Stats
+    from golden_tasks.model.outputs import SAMPLES_FILE, Stats
     from golden_tasks.stages import summary
 
     store = Store(tmp_path)

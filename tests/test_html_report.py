@@ -11,8 +11,9 @@ import pytest
 import torch
 from project import Project
 
-from golden_tasks import html_report as html_report_module
-from golden_tasks.html_report import (
+from golden_tasks.model.records import RunRecord
+from golden_tasks.reports import html_report as html_report_module
+from golden_tasks.reports.html_report import (
     RATIO_FLOOR,
     grid_shape,
     mismatch_bins,
@@ -20,7 +21,6 @@ from golden_tasks.html_report import (
     ratio_histogram,
     write_page_if_drawn,
 )
-from golden_tasks.records import RunRecord
 
 INSTALL = "apt-get install -y chromium"
 # As root chromium needs --no-sandbox; --virtual-time-budget lets the page's load handler run before the dump;
@@ -246,7 +246,7 @@ def test_a_missing_or_malformed_record_is_one_message(tmp_path, content, message
 
 def test_importing_it_imports_neither_torch_nor_matplotlib():
     """The doit parent may import the module to start it; torch, matplotlib and numpy load only where it draws."""
-    code = "import sys, golden_tasks.html_report; print(sorted({'torch', 'matplotlib', 'numpy'} & set(sys.modules)))"
+    code = "import sys, golden_tasks.reports.html_report; print(sorted({'torch', 'matplotlib', 'numpy'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout == "[]\n"
 
 

@@ -10,8 +10,8 @@ from project import Project
 
 import golden_tasks
 from golden_tasks import In, Out, TensorSpec, jit
-from golden_tasks.forms import Artifact, KernelForm
-from golden_tasks.isolate import GUARD_BYTES, Guarded
+from golden_tasks.forms.base import Artifact, KernelForm
+from golden_tasks.forms.isolate import GUARD_BYTES, Guarded
 
 # The misbehaviour is data dependent (x > 0) so that compile-time checks, which run the
 # body on fakes or zeros, never trigger it; dispatch runs it on x = 1.
@@ -243,7 +243,7 @@ def inductor_cxx():
 
 
 def test_a_changed_environment_reaches_what_torch_read_at_import(monkeypatch):
-    from golden_tasks import isolate
+    from golden_tasks.forms import isolate
 
     for compiler in ("gt-first-cxx", "gt-second-cxx"):
         monkeypatch.setenv("CXX", compiler)
@@ -273,7 +273,7 @@ def test_the_forkserver_and_its_children_ignore_sigint_which_the_caller_keeps():
     """A Ctrl-C reaches every process of the terminal's group: the isolation forkserver, started while this
     process ignores SIGINT (reaper.sigint_ignored), ignores it for its life, and so do the kernels' children
     (no traceback from an interpreter cut short while it starts); the caller's own handler is back after."""
-    from golden_tasks import isolate
+    from golden_tasks.forms import isolate
 
     forkserver, child_ignores = isolate.call(_parent_and_sigint, (), 60, "a child")
     assert child_ignores and _ignores_sigint(forkserver)

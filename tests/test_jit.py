@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from golden_tasks import CompileError, In, InOut, Out, Scalar, ScalarSpec, TensorSpec, jit
-from golden_tasks.forms import Artifact
-from golden_tasks.plan import BACKENDS
+from golden_tasks.forms.base import Artifact
+from golden_tasks.model.plan import BACKENDS
 
 
 @jit
@@ -74,7 +74,7 @@ def test_backends_compile_embed_the_table_and_run(tmp_path, backend):
     assert artifact.table[0] == {"name": "x", "kind": "tensor", "direction": "in", "shape": [4, 8],
                                  "dtype": "float32"}
     # reload from the stored files alone, as a worker does
-    restored = Artifact.restore(backend, artifact.table, artifact.files, "golden_tasks.jit")
+    restored = Artifact.restore(backend, artifact.table, artifact.files, "golden_tasks.forms.jit")
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     expected = y + 0.5 * x
     restored.load()(x, y, 0.5)
@@ -112,7 +112,7 @@ def test_a_package_stored_by_digest_loads_and_leaves_no_link_behind(tmp_path, mo
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    call = Artifact.restore("aoti", artifact.table, {"kernel.pt2": stored}, "golden_tasks.jit").load()
+    call = Artifact.restore("aoti", artifact.table, {"kernel.pt2": stored}, "golden_tasks.forms.jit").load()
     assert list(scratch.iterdir()) == []
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     expected = y + 0.5 * x

@@ -6,8 +6,8 @@ import pytest
 import xmlschema
 from records import record, row, timing
 
-from golden_tasks import junit
-from golden_tasks.records import RunRecord
+from golden_tasks.model.records import RunRecord
+from golden_tasks.reports import junit
 
 SCHEMAS = Path(__file__).parent / "data" / "junit"
 MISMATCH = ("output 'out': 2/20 elements mismatched (rtol=0.001, atol=1e-05)\n"

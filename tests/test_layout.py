@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from test_pytest_plugin import CASES
 
-from golden_tasks.layout import LayoutError, layout
-from golden_tasks.scaffold import InitRefused, scaffold
+from golden_tasks.frontends.scaffold import InitRefused, scaffold
+from golden_tasks.project.layout import LayoutError, layout
 
 ROOT = Path(__file__).resolve().parents[1]
 

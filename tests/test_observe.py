@@ -1,9 +1,9 @@
-"""golden_tasks.observe: what planning read, told apart from what the import system read for it."""
+"""golden_tasks.project.observe: what planning read, told apart from what the import system read for it."""
 import importlib
 import os
 import sys
 
-from golden_tasks.observe import Observer
+from golden_tasks.project.observe import Observer
 
 
 def test_reads_of_the_import_system_and_of_the_code_it_runs_are_told_apart(tmp_path, monkeypatch):

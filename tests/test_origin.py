@@ -1,4 +1,4 @@
-"""golden_tasks.origin: whose code a file is, both ways wrong being costly (user code taken for a library is
+"""golden_tasks.model.origin: whose code a file is, both ways wrong being costly (user code taken for a library is
 keyed by its version only; a library taken for user code is walked into). Folders made here stand for
 the interpreter's: a site directory (site.getsitepackages), site trees and plain trees on sys.path, .pth
 files, editable installs. tests/test_environments.py runs the same rules in real interpreters."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from golden_tasks import origin
+from golden_tasks.model import origin
 
 
 def _file(path: Path, text: str = "") -> Path:
@@ -98,7 +98,7 @@ def test_modules_by_name(fresh, tmp_path):
     __import__("usermod_origin")
     try:
         assert origin.is_user_module("usermod_origin")
-        assert not origin.is_user_module("golden_tasks.fingerprint")  # the pipeline's version keys it
+        assert not origin.is_user_module("golden_tasks.project.fingerprint")  # the pipeline's version keys it
         assert not origin.is_user_module("sys") and not origin.is_user_module("json")
         assert not origin.is_user_module("numpy") and not origin.is_user_module(None)
     finally:

@@ -1,15 +1,16 @@
-"""The typed plan (golden_tasks.plan), the run's variables (golden_tasks.library) and the stage
-outputs' schema (golden_tasks.outputs): what derives from each field's declaration."""
+"""The typed plan (golden_tasks.model.plan), the run's variables (golden_tasks.planning.library) and the stage
+outputs' schema (golden_tasks.model.outputs): what derives from each field's declaration."""
 import dataclasses
 import re
 
 import pytest
 import torch
 
-from golden_tasks import graph, plan
-from golden_tasks.library import run_variables
-from golden_tasks.outputs import Meta, Stats, ValidateMeta
-from golden_tasks.plan import FailedPlan, Plan
+from golden_tasks.model import plan
+from golden_tasks.model.outputs import Meta, Stats, ValidateMeta
+from golden_tasks.model.plan import FailedPlan, Plan
+from golden_tasks.pipeline import graph
+from golden_tasks.planning.library import run_variables
 
 
 def test_every_field_list_derives_from_the_declarations():
@@ -82,9 +83,10 @@ def test_outputs_read_back_typed_with_one_skip_convention():
 
 
 def test_the_world_size_is_the_kernels_unless_a_case_or_ranks_says_otherwise(monkeypatch):
-    from golden_tasks import Case, In, Out, SpecError, TensorSpec, config, jit
-    from golden_tasks.case import plan_of
-    from golden_tasks.library import apply_context
+    from golden_tasks import Case, In, Out, SpecError, TensorSpec, jit
+    from golden_tasks.planning.case import plan_of
+    from golden_tasks.planning.library import apply_context
+    from golden_tasks.project import config
 
     @jit(backend="eager", ranks=2)
     def k(x: In, out: Out):

@@ -11,10 +11,13 @@ import textwrap
 import pytest
 from project import Project, recipe
 
-from golden_tasks import cli, config, discover, replay, runtime
-from golden_tasks.records import MANIFEST_FORMAT, Manifest
-from golden_tasks.store import Store
-from golden_tasks.toolchain import toolchain
+from golden_tasks.frontends import cli
+from golden_tasks.model.records import MANIFEST_FORMAT, Manifest
+from golden_tasks.pipeline import replay, runtime
+from golden_tasks.planning import discover
+from golden_tasks.project import config
+from golden_tasks.project.toolchain import toolchain
+from golden_tasks.storage.store import Store
 
 PROFILED = '''
 import torch

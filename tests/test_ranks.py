@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import golden_tasks
-from golden_tasks import ranks
-from golden_tasks.errors import StageFailed
-from golden_tasks.isolate import Ended, Outcome
-from golden_tasks.outputs import InputsMeta, Outputs
+from golden_tasks.forms import ranks
+from golden_tasks.forms.isolate import Ended, Outcome
+from golden_tasks.model.errors import StageFailed
+from golden_tasks.model.outputs import InputsMeta, Outputs
 from golden_tasks.stages.bench import imbalance, rank_stats
 from kernels import collectives, decode_attention
 from tests.project import Project

@@ -4,8 +4,8 @@ import json
 import pytest
 from records import record, row, timing
 
-from golden_tasks.records import BadRecord, CaseRow, RunRecord, Timing
-from golden_tasks.verdicts import StageState, Verdict
+from golden_tasks.model.records import BadRecord, CaseRow, RunRecord, Timing
+from golden_tasks.model.verdicts import StageState, Verdict
 
 
 def test_a_record_reads_back_as_written():

@@ -13,7 +13,7 @@ from project import Project
 
 REPLAY = textwrap.dedent("""
     import json, sys
-    from golden_tasks.replay import replay
+    from golden_tasks.pipeline.replay import replay
     result = replay(sys.argv[1], project=sys.argv[2])
     loaded = sorted(m for m in sys.modules if m.startswith("kernels"))
     print(json.dumps({"passed": result.passed, "error": result.error, "stale": result.stale,
@@ -131,7 +131,7 @@ def test_an_artifact_for_another_machine_is_refused_before_dispatch(project, tmp
 
 def test_run_writes_a_replayable_runtime_dir(tmp_path):
     from golden_tasks import In, Out, TensorSpec, jit, run
-    from golden_tasks.replay import replay as replay_dir
+    from golden_tasks.pipeline.replay import replay as replay_dir
 
     @jit(backend="eager")
     def double(x: In, out: Out):

@@ -7,8 +7,8 @@ import sys
 import pytest
 from records import record, row, timing
 
-from golden_tasks.records import Timing
-from golden_tasks.runs_compare import judge
+from golden_tasks.model.records import Timing
+from golden_tasks.reports.runs_compare import judge
 
 
 def noisy(median: float, rse: float | None) -> Timing:

@@ -1,4 +1,4 @@
-"""golden_tasks.sandbox: what a confined process tries and must fail at, each beside a control that must
+"""golden_tasks.project.sandbox: what a confined process tries and must fail at, each beside a control that must
 work. Every confinement happens in a forked child (never this process), which reports back through a pipe."""
 import ctypes
 import errno
@@ -20,7 +20,8 @@ import cloudpickle
 import pytest
 import torch
 
-from golden_tasks import isolate, sandbox
+from golden_tasks.forms import isolate
+from golden_tasks.project import sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.support() is not None, reason=f"no confinement: {sandbox.support()}")
 
@@ -389,7 +390,7 @@ def test_other_processes_are_out_of_reach(tmp_path):
 
 
 def test_a_parent_death_signal_still_arrives(tmp_path):
-    """golden_tasks.reaper has a child killed when its parent dies: the kernel sends that signal, and the
+    """golden_tasks.project.reaper has a child killed when its parent dies: the kernel sends that signal, and the
     domain's signal scope (which stops the child signalling out) does not stop it coming in."""
     read, write = os.pipe()
     middle = os.fork()
@@ -473,8 +474,8 @@ def test_a_compiler_installed_elsewhere_runs_confined(tmp_path, monkeypatch):
 
 
 def test_the_sandbox_mode_enters_every_key_and_required_refuses_to_run_unconfined(monkeypatch):
-    from golden_tasks import toolchain
-    from golden_tasks.errors import StageFailed
+    from golden_tasks.model.errors import StageFailed
+    from golden_tasks.project import toolchain
 
     assert toolchain.toolchain()["sandbox"] == "confined" and isolate.confinement([]) is not None
     monkeypatch.setenv("GOLDEN_TASKS_SANDBOX", "off")

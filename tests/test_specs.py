@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from golden_tasks import ScalarSpec, SpecError, TensorSpec
-from golden_tasks.specs import canary, signature_of, stamp_all, unwritten
+from golden_tasks.model.specs import canary, signature_of, stamp_all, unwritten
 
 
 def test_init_value_rules():

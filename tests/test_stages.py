@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from golden_tasks import Case, In, InOut, Out, Scalar, ScalarSpec, TensorSpec, jit
-from golden_tasks.compare import Allclose
-from golden_tasks.errors import StageFailed
-from golden_tasks.outputs import CompileMeta, InputsMeta
-from golden_tasks.plan import Plan
-from golden_tasks.specs import signature_of, stamp_all
+from golden_tasks.model.compare import Allclose
+from golden_tasks.model.errors import StageFailed
+from golden_tasks.model.outputs import CompileMeta, InputsMeta
+from golden_tasks.model.plan import Plan
+from golden_tasks.model.specs import signature_of, stamp_all
 from golden_tasks.stages import BenchSettings, Outputs, abi, dispatch, golden, golden_bench, inputs, measure, validate
 
 
@@ -80,7 +80,7 @@ def test_golden_gets_its_own_out_init_and_is_timed_apart(upstream, tmp_path):
 def compiled(tmp_path, checked):
     specs = [s.stamped(r["direction"]) for s, r in zip(SPECS, checked.meta.table)]
     artifact = acc.compile(specs, {"backend": "eager"}, tmp_path)
-    return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module="golden_tasks.jit",
+    return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module="golden_tasks.forms.jit",
                                                           table=artifact.table))
 
 
@@ -98,7 +98,7 @@ def half(x: In, out: Out):
 
 
 def test_an_out_without_init_value_starts_as_the_canary_and_what_is_left_is_named(tmp_path):
-    from golden_tasks.specs import unwritten
+    from golden_tasks.model.specs import unwritten
 
     specs = [TensorSpec("x", (4, 3), torch.float32, torch.randn), TensorSpec("out", (4, 3), torch.float32)]
     case = Case("half", specs=specs, kernel=half, golden=lambda t: t["out"][:2].copy_(t["x"][:2])).resolved()
@@ -107,7 +107,7 @@ def test_an_out_without_init_value_starts_as_the_canary_and_what_is_left_is_name
     made = inputs.run(case, plan, tmp_path, checked)
     assert set(made.tensors) == {"x"}  # the Out has no initial content
     artifact = half.compile(stamp_all(specs, checked.meta.table), {"backend": "eager"}, tmp_path)
-    built = Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module="golden_tasks.jit",
+    built = Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module="golden_tasks.forms.jit",
                                                            table=artifact.table))
     result = dispatch.run(None, plan, tmp_path, checked, built, made)
     assert unwritten(result.tensors["out"][2:]).all() and not unwritten(result.tensors["out"][:2]).any()
@@ -223,7 +223,7 @@ def test_the_stopping_rule_tracks_the_same_noise_floor_the_summary_reports():
 
 
 def test_a_mismatch_in_a_stacked_output_names_the_ranks_whose_slice_is_wrong():
-    from golden_tasks.compare import Policy, ratio_allclose
+    from golden_tasks.model.compare import Policy, ratio_allclose
 
     expected = {"out": torch.arange(24.0).reshape(4, 6), "total": torch.tensor(3.0)}
     actual = {name: t.clone() for name, t in expected.items()}

@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
-from golden_tasks.store import Store
-from golden_tasks.tensors import load_tensor, put_tensor
+from golden_tasks.storage.store import Store
+from golden_tasks.storage.tensors import load_tensor, put_tensor
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_an_entry_names_its_recipe_which_only_explain_reads(store):
 
 @pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])
 def test_files_get_the_mode_the_umask_gives_not_0600(tmp_path, mask):
-    script = ("import os, sys; from pathlib import Path; from golden_tasks.store import atomic_write; "
+    script = ("import os, sys; from pathlib import Path; from golden_tasks.storage.store import atomic_write; "
               f"os.umask({mask:#o}); atomic_write(Path(sys.argv[1]), lambda f: f.write(b'x'))")
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "f")], check=True)
     assert (tmp_path / "f").stat().st_mode & 0o777 == 0o666 & ~mask

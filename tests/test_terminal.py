@@ -18,9 +18,9 @@ from xml.etree import ElementTree
 import pytest
 from project import Project
 
-from golden_tasks import graph
-from golden_tasks.library import CONTEXT
-from golden_tasks.plan import VARIABLES
+from golden_tasks.model.plan import VARIABLES
+from golden_tasks.pipeline import graph
+from golden_tasks.planning.library import CONTEXT
 
 OWN_WARNING = "a kernel's own warning, which must show"
 WARNS = f'''"""add, with a golden that warns."""
@@ -204,7 +204,7 @@ def test_mistyped_names_bad_variables_and_help(project):
 
 
 def test_the_selection_is_read_as_doit_reads_it():
-    from golden_tasks.doit_session import CommandLine
+    from golden_tasks.frontends.doit_session import CommandLine
 
     line = CommandLine.parse(["-n", "2", "--continue", "verify:a", "rounds=3"])
     assert line.command == "run" and line.tasks == ("verify:a",) and line.selects("verify:a")

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from golden_tasks.records import RunRecord
-from golden_tasks.verdicts import StageState, Verdict
+from golden_tasks.model.records import RunRecord
+from golden_tasks.model.verdicts import StageState, Verdict
 
 
 def test_a_verdict_is_its_word_in_json_text_and_dict_keys():

@@ -2,24 +2,19 @@
 
 Every stage module exposes `run(case, plan, workdir, **upstream) -> Outputs`,
 where `plan` is its view of the plan (plan.StagePlan) and `upstream` maps each
-stage it reads to that stage's Outputs (golden_tasks.outputs declares them). A
+stage it reads to that stage's Outputs (golden_tasks.model.outputs declares them). A
 stage knows nothing about doit or the store; a FAIL verdict is a raised
 StageFailed.
+
+Imports: model, storage, project, forms, planning.
 """
 import statistics
 import time
 from pathlib import Path
 
-from ..errors import StageFailed  # the stages' failure type, for their callers
-from ..outputs import Outputs  # what they return
-from ..plan import BenchSettings
-
-
-def same_bits(a, b) -> bool:
-    """Bitwise equality of two tensors of one dtype and shape (a NaN equals itself)."""
-    import torch  # noqa: PLC0415
-
-    return a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
+from ..model.errors import StageFailed  # the stages' failure type, for their callers
+from ..model.outputs import Outputs  # what they return
+from ..model.plan import BenchSettings
 
 
 def adaptive_rounds(call, rule: BenchSettings, before=None, agree=None, clock=time.perf_counter, timer=None,
@@ -160,14 +155,14 @@ def make(spec, seed: int):
 
 def stamped_specs(case, abi: Outputs) -> list:
     """The case's specs with the directions the ABI stage stamped."""
-    from ..specs import stamp_all  # noqa: PLC0415
+    from ..model.specs import stamp_all  # noqa: PLC0415
 
     return stamp_all(case.specs, abi.meta.table)
 
 
 def load_checked(compiled: Outputs, abi: Outputs):
     """The artifact, refused if its embedded parameter table is not the checked one."""
-    from ..forms import Artifact  # noqa: PLC0415
+    from ..forms.base import Artifact  # noqa: PLC0415
 
     meta = compiled.meta
     artifact = Artifact.restore(meta.backend, meta.table, compiled.files, meta.module)
@@ -178,14 +173,3 @@ def load_checked(compiled: Outputs, abi: Outputs):
     return artifact
 
 
-def on_device(artifact, args: list) -> list:
-    """The arguments with every tensor on the artifact's device (the same tensor when already there)."""
-    return [a.to(artifact.device) if hasattr(a, "to") else a for a in args]
-
-
-def back_to_host(args: list, moved: list) -> None:
-    """Copy what the kernel left in its device arguments back into `args` (In tensors too, so that
-    a write to one is seen)."""
-    for arg, result in zip(args, moved):
-        if result is not arg:
-            arg.copy_(result)

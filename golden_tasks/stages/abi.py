@@ -7,8 +7,8 @@ tensor is allocated. The output is the table stamped with directions: what the
 kernel takes (on each rank, for a multi-rank kernel: a stacked tensor's slice),
 and the placement of resident tensors across ranks.
 """
-from ..outputs import AbiMeta
-from ..specs import STACKED, placement_of, view_shape
+from ..model.outputs import AbiMeta
+from ..model.specs import STACKED, placement_of, view_shape
 from . import Outputs, StageFailed
 
 

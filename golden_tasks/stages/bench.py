@@ -39,9 +39,10 @@ import time
 
 import torch
 
-from .. import isolate, ranks
-from ..outputs import POLICY_FILE, BenchMeta, Stats
-from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, load_checked, same_bits, summary
+from ..forms import isolate, ranks
+from ..model.outputs import POLICY_FILE, BenchMeta, Stats
+from ..storage.tensors import same_bits
+from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, load_checked, summary
 from .inputs2 import unseen_sets
 from .validate import blank
 

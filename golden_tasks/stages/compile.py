@@ -1,8 +1,8 @@
 """Compile: the kernel form builds its artifact for the stamped specs (a multi-rank kernel: for
 what each rank receives, specs.rank_view)."""
-from ..errors import CompileError
-from ..outputs import CompileMeta
-from ..specs import rank_view
+from ..model.errors import CompileError
+from ..model.outputs import CompileMeta
+from ..model.specs import rank_view
 from . import Outputs, StageFailed, stamped_specs
 
 

@@ -1,14 +1,14 @@
 """Dispatch: run the compiled artifact once on fresh copies of the inputs, in a child process per rank.
 
-A crash or a hang fails this stage only (golden_tasks.isolate); outputs come
+A crash or a hang fails this stage only (golden_tasks.forms.isolate); outputs come
 back through shared memory between canary guards, so an out-of-bounds write
 that does not crash is caught too. A multi-rank kernel runs as one pool of rank
-processes (golden_tasks.ranks), each with its view of the parameters. An
+processes (golden_tasks.forms.ranks), each with its view of the parameters. An
 artifact this machine cannot run (a CUDA kernel without a GPU) is skipped with
 the reason, never passed.
 """
-from .. import ranks
-from ..outputs import Meta
+from ..forms import ranks
+from ..model.outputs import Meta
 from . import Outputs, load_checked
 
 

@@ -6,10 +6,11 @@ values. A golden that leaves a pure Out untouched fails here, rather than as a
 kernel mismatch against the untouched buffer. golden_bench times it on the same
 inputs, for the report's speedup.
 """
-from .. import data
-from ..origin import described
-from ..outputs import Meta
-from . import Outputs, StageFailed, make, same_bits, stamped_specs
+from ..model.origin import described
+from ..model.outputs import Meta
+from ..planning import data
+from ..storage.tensors import same_bits
+from . import Outputs, StageFailed, make, stamped_specs
 
 NO_GOLDEN = "no golden: validation skipped, not a correctness check"
 

@@ -2,7 +2,7 @@
 
 Saved goldens (golden_from) exist for the first set only: skipped, with the reason.
 """
-from ..outputs import Meta
+from ..model.outputs import Meta
 from . import Outputs
 from .golden import NO_GOLDEN, outputs_of
 

@@ -1,7 +1,7 @@
 """Golden bench: time the golden on the inputs, as the benchmark times the kernel (plan.BenchSettings), for
 the report's speedup. InOut arguments are restored before every round, so each round does the same work.
 """
-from ..outputs import Meta, Stats
+from ..model.outputs import Meta, Stats
 from . import BenchSettings, Outputs, cache_flush, measure
 from .golden import NO_GOLDEN, arguments
 

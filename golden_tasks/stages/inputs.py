@@ -3,8 +3,8 @@ under its own seed (stages.spec_seed), or read from the case's data directory; a
 init_value (an Out without one has no content: the kernel gets it filled with the canary)."""
 import torch
 
-from .. import data
-from ..outputs import InputsMeta
+from ..model.outputs import InputsMeta
+from ..planning import data
 from . import Outputs, make, stamped_specs
 
 

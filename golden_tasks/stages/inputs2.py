@@ -7,7 +7,7 @@ Cases whose inputs come from a data directory have no second set: skipped, with 
 """
 import dataclasses
 
-from ..outputs import InputsMeta
+from ..model.outputs import InputsMeta
 from . import Outputs, stamped_specs
 from .inputs import generated
 

@@ -5,10 +5,10 @@ runtime dir can be re-validated without importing the kernel module.
 """
 import dataclasses
 
-from ..compare import Allclose, Policy, allclose
-from ..fingerprint import dumps_by_value
-from ..outputs import POLICY_FILE, ValidateMeta
-from ..specs import STACKED, unwritten
+from ..model.compare import Allclose, Policy, allclose
+from ..model.outputs import POLICY_FILE, ValidateMeta
+from ..model.specs import STACKED, unwritten
+from ..project.fingerprint import dumps_by_value
 from . import Outputs, StageFailed
 
 

@@ -1,0 +1,270 @@
+# ruff: noqa: E402
+"""The doit adapter: each case's stages as doit tasks `<stage>:<case>`, loaded by a dodo.py (tasks_for)
+or, without one, by the loader plugin (ProjectLoader).
+
+Runs in the doit parent, which must stay light: it reads plans and entry manifests, never torch or the
+kernel modules. The parts: the session of this doit process (doit_session: the command line, the library,
+the run's journal and record), the up-to-date checks (doit_checks: cache lookups of each task's current
+key), the console reporter (doit_reporter), and here the tasks and their actions, which run the stage
+through graph.execute (in doit's worker processes with -n N) and journal their outcome.
+
+Every run that verifies cases writes its record (report.write_files: runs/report.json and
+runs/<case>.log, the full messages of each failing case) whatever reporter doit uses; an interrupted
+run (Ctrl-C) writes nothing: the files stay those of the last complete run.
+"""
+import sys
+
+
+def _plain_interrupt(kind, value, tb, previous=sys.excepthook):
+    """Ctrl-C ends the doit parent with a line, not a traceback: installed as this module is imported (by
+    the dodo.py or the loader plugin), before anything else of ours loads; what runs before it (the
+    interpreter's start, doit's own imports) is not ours to hook."""
+    if not issubclass(kind, KeyboardInterrupt):
+        return previous(kind, value, tb)
+    started = sys.modules.get("golden_tasks.frontends.doit_session")  # not yet while our imports load
+    session = started and started.current
+    if session and session.journal_path:
+        # doit ends its workers when the interrupt reaches it while they run; not always so when it reaches
+        # it later (Python may run the handler only after doit stopped waiting for them), and this exit
+        # would then wait for ever for a worker that waits for its next task (multiprocessing joins them).
+        reaper.kill(reaper.children(os.getpid()), signal.SIGTERM)
+    report_json = session and config.runs_root(session.root) / "report.json"
+    kept = f"; {report_json} is still the last complete run's" if report_json and report_json.exists() else ""
+    sys.stderr.write(f"\ngolden-tasks: interrupted{kept}\n")
+
+
+# before the other imports (E402 below): an interrupt while they load is one line too
+sys.excepthook = _plain_interrupt
+
+import atexit
+import difflib
+import gc
+import os
+import signal
+import traceback
+from pathlib import Path
+
+from doit.cmd_base import NamespaceTaskLoader
+from doit.exceptions import TaskFailed
+
+from ..model.errors import StalePlan, VerificationFailure
+from ..model.plan import VARIABLES
+from ..model.verdicts import StageState
+from ..pipeline import graph, runtime
+from ..pipeline.summary import first_line
+from ..planning.discover import forget
+from ..planning.library import CONTEXT, unknown_variables
+from ..project import config, reaper
+from . import doit_session
+from .doit_checks import CaseVerified, Planned, RuntimeCurrent, StageCached, UpToDate
+from .doit_reporter import SummaryReporter
+from .doit_session import PLAN, PYTHONS_THRESHOLDS, VERIFY, CommandLine, Session, usage_error
+
+_ready = {}  # what this process has set up: {"worker", "threads", "collects"} -> its pid
+
+
+def _ready_to_run(torch_stage: bool) -> None:
+    """Once per process: a -n worker ends with the doit parent, and everything it started with it
+    (a `kill -9` of the parent alone leaves no compiler or kernel running); a process that computes
+    with torch sizes its thread pools; one that runs stages collects garbage as Python does."""
+    pid = os.getpid()
+    if pid != doit_session.current.parent and _ready.get("worker") != pid:
+        reaper.own_tree_until_parent_dies()
+        _ready["worker"] = pid
+    if torch_stage and _ready.get("threads") != pid:
+        config.apply_threads()
+        _ready["threads"] = pid
+    if _ready.get("collects") != pid:
+        gc.set_threshold(*PYTHONS_THRESHOLDS)
+        _ready["collects"] = pid
+
+
+def _outcome(task: str, message: str = None, max_abs: float = None):
+    """A task action's result for doit, journaled: True, or TaskFailed with `message` (and the failed
+    validation's largest error, `max_abs`)."""
+    doit_session.current.journal(task, StageState.FAILED if message else StageState.RAN, message, max_abs)
+    return TaskFailed(f"{task}: {message}") if message else True
+
+
+# The tasks' actions. They find this process's session (inherited from the doit parent) in
+# doit_session.current: doit's workers run the tasks they were forked with, named by their arguments.
+
+def _run_stage(stage: str, case: str):
+    session = doit_session.current
+    plan, store, task = session.library.plans[case], session.library.store, f"{stage}:{case}"
+    try:
+        _ready_to_run(graph.BY_NAME[stage].torch)
+        graph.execute(graph.BY_NAME[stage], plan, store)
+    except StalePlan as exc:
+        forget(session.root, store, plan.module)
+        return _outcome(task, str(exc))
+    except Exception as exc:  # noqa: BLE001 -- one clear message; a traceback only for the unexpected
+        detail = "" if isinstance(exc, VerificationFailure) else "\n" + "".join(traceback.format_exception(exc))
+        return _outcome(task, f"{exc}{detail}", getattr(exc, "max_abs", None))
+    return _outcome(task)
+
+
+def _materialize(case: str):
+    session = doit_session.current
+    try:
+        runtime.materialize(session.library.plans[case], session.library.store,
+                            config.runs_root(session.root) / case)
+    except (OSError, RuntimeError) as exc:
+        return _outcome(f"runtime:{case}", f"cannot write the runtime dir: {exc}")
+    return _outcome(f"runtime:{case}")
+
+
+def _replay(case: str):
+    from ..pipeline import replay  # noqa: PLC0415 -- imports torch: only when a replay runs
+
+    _ready_to_run(torch_stage=True)  # it calls the kernel, as bench does
+    root = doit_session.current.root
+    return replay.main(config.runs_root(root) / case, root) == 0
+
+
+def _plan_action(case: str, error: str):
+    return _outcome(f"{PLAN}:{case}", error)
+
+
+def _check_names(line: CommandLine, names: set, unplanned: list) -> None:
+    """A task argument that names no task ends the run with the closest names (doit would say only
+    that it is not a task), or, when a kernel module could not be planned (`unplanned`: its failed
+    plans), with why: its cases are not known."""
+    for arg in line.tasks:
+        if "*" in arg or arg in names:
+            continue
+        close = difflib.get_close_matches(arg, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `doit list` shows the tasks"
+        if unplanned:
+            hint += "".join(f"; {p.module} could not be planned, so its cases are not known: "
+                            f"{first_line(p.error)}" for p in unplanned)
+        usage_error(f"no task {arg!r}{hint}")
+
+
+# The doit variables (NAME=VALUE after the task names) by name, for `doit help <task>`.
+VARIABLE_HELP = {
+    "backend": "eager|aoti: compile every case with this backend (empty: each case's own)",
+    "options": "JSON object: inductor options merged over each case's",
+    "timeout": "seconds a kernel or golden call may take before it counts as hung (default 60)",
+    "warmup": "untimed calls before the timed rounds (fewer when they spend a quarter of the budget)",
+    "rounds": "a fixed number of timed rounds (default: until the noise target or the budget)",
+    "rse": "noise target: time until the mean's relative standard error is this (default 0.01)",
+    "budget": "seconds of timed rounds for each of the kernel and the golden (default 2)",
+    "flush": "1: evict the last-level cache (a GPU's L2) before every round",
+    "fresh": "1: measure the timings again (every verdict stays cached)",
+    "profile": f"size profile of kernel modules that have them (${config.PROFILE_ENV}, default "
+               f"{config.DEFAULT_PROFILE!r})",
+    "ranks": f"world size of every multi-rank case (${config.RANKS_ENV}; default: each case's own)",
+    "sandbox": f"auto (default), required (refuse to run a kernel this machine cannot confine) or off "
+               f"(${config.SANDBOX_ENV})",
+}
+
+
+def _print_variables() -> None:
+    """After `doit help <task>`, which knows only a task's first doc line and its --options."""
+    names = [*VARIABLES, *CONTEXT]
+    width = max(map(len, names)) + 2
+    print("\nvariables, as NAME=VALUE after the task names (`doit verify:rms_norm rounds=20`):")
+    for name in names:
+        print(f"  {name:<{width}}{VARIABLE_HELP.get(name, '')}")
+
+
+def tasks_for(root: Path, variables=()) -> dict:
+    """The `task_*` functions for a dodo.py: `globals().update(tasks_for(root))`. `variables`: the names
+    of the dodo.py's own doit variables, if it reads any (every other unknown NAME=VALUE is an error)."""
+    line = CommandLine.parse(sys.argv[1:])
+    if unknown := unknown_variables(line.variables, variables):
+        usage_error(f"{unknown}; `doit help verify` lists the variables")
+    config.quiet_third_party_warnings()
+    # Workers fork after this: tell them how many share the cores (the profile: see Library).
+    os.environ.setdefault(config.WORKERS_ENV, str(line.workers))
+    session = doit_session.current = Session(Path(root).resolve(), line)
+    if line.command == "run":
+        session.start()
+    elif line.command == "help" and line.tasks:
+        atexit.register(_print_variables)
+
+    checks = {}  # task name -> its up-to-date check, for verify:CASE's (CaseVerified)
+
+    def checked(check: UpToDate) -> list:
+        checks[check.task] = check
+        return [check]
+
+    def task_plan():
+        """plan each case: import errors and bad specs surface here"""
+        for plan in session.library.plans.values():
+            yield {"name": plan.case, "actions": [(_plan_action, [plan.case, plan.error])],
+                   "uptodate": checked(Planned(plan.case, plan.error)), "doc": f"plan {plan.case}"}
+
+    def stage_creator(stage):
+        def create():
+            for plan in session.library.plans.values():
+                case = plan.case
+                if plan.error:  # `doit abi:<case>` shows why the case cannot be planned
+                    yield {"name": case, "doc": f"{stage.doc} ({case})",
+                           "actions": [(TaskFailed, [plan.error])], "task_dep": [f"{PLAN}:{case}"]}
+                    continue
+                yield {"name": case, "doc": f"{stage.doc} ({case})", "actions": [(_run_stage, [stage.name, case])],
+                       "uptodate": checked(StageCached(session, stage.name, case)),
+                       "task_dep": [f"{PLAN}:{case}"] + [f"{d}:{case}" for d in stage.reads + stage.after]}
+        create.__name__ = f"task_{stage.name}"
+        create.__doc__ = stage.doc
+        return create
+
+    def task_runtime():
+        """write runs/<case>: the latest verified run, self-contained and replayable"""
+        for plan in session.library.ok():
+            case = plan.case
+            yield {"name": case, "actions": [(_materialize, [case])],
+                   "uptodate": checked(RuntimeCurrent(session, case)),
+                   # every stage: the dir holds each one's entry (golden_bench may finish after bench)
+                   "task_dep": [f"{s.name}:{case}" for s in graph.STAGES], "doc": f"runtime dir of {case}"}
+
+    def task_replay():
+        """replay runs/<case>: saved artifact, inputs and golden; no compile, no kernel import"""
+        for plan in session.library.plans.values():
+            yield {"name": plan.case, "actions": [(_replay, [plan.case])], "verbosity": 2,
+                   "doc": f"replay runs/{plan.case}"}
+
+    def task_verify():
+        """verify every case; `verify:<case>` for one (`doit help verify`: the variables)"""
+        lib = session.library
+        if line.command in ("run", "info"):
+            _check_names(line, {PLAN, VERIFY, "runtime", "replay", *graph.BY_NAME}
+                         | {f"{task}:{case}" for task in (PLAN, VERIFY, "replay", *graph.BY_NAME) for case in lib.plans}
+                         | {f"runtime:{p.case}" for p in lib.ok()}, lib.unplanned())
+        for plan in lib.plans.values():
+            case = plan.case
+            if plan.error:  # always run: its plan task fails, and says why
+                yield {"name": case, "actions": None, "task_dep": [f"{PLAN}:{case}"], "doc": f"verify {case}"}
+                continue
+            deps = [f"{PLAN}:{case}", *(f"{s.name}:{case}" for s in graph.STAGES), f"runtime:{case}"]
+            yield {"name": case, "actions": None, "task_dep": deps[1:], "uptodate": [CaseVerified(case, deps, checks)],
+                   "doc": f"verify {case}"}
+
+    tasks = {"task_plan": task_plan, "task_verify": task_verify, "task_runtime": task_runtime,
+             "task_replay": task_replay}
+    tasks.update({f"task_{s.name}": stage_creator(s) for s in graph.STAGES})
+    return tasks
+
+
+DOIT_CONFIG = {
+    "default_tasks": [VERIFY],
+    "reporter": SummaryReporter,
+    # doit's own state is not trusted for up-to-dateness (the store is); sqlite3
+    # is its backend that tolerates concurrent processes.
+    "backend": "sqlite3",
+    "dep_file": ".doit.db",
+}
+
+
+class ProjectLoader(NamespaceTaskLoader):
+    """doit's loader plugin "golden-tasks" (the entry point doit.LOADER in pyproject.toml): the tasks of
+    the project in the current directory, without a dodo.py. A project selects it with
+
+        [tool.doit]
+        loader = "golden-tasks"
+    """
+
+    def setup(self, opt_values):
+        self.namespace = {"DOIT_CONFIG": DOIT_CONFIG, **tasks_for(Path.cwd())}

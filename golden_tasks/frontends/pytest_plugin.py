@@ -1,0 +1,86 @@
+"""The pytest plugin (entry point pytest11): in a project whose pyproject.toml has a [tool.golden-tasks]
+table, `pytest` collects every kernel case as a test item of its module, `path/to/module.py::CASE`.
+
+Control flow: pytest_collect_file sees a kernel module of the project's layout (on pytest's own walk of
+the paths it was given) -> KernelModule.collect yields a CaseItem per case that module planned ->
+CaseItem.runtest runs the case through the graph (runner.verify: each stage reused from the project's
+cache, or computed) -> a FAIL raises CaseFailed, whose message is the stage's report (the mismatch
+report of validate), a SKIPPED case skips with its reason. Under pytest-xdist the workers share the
+cache, whose per-key lock makes one process compute an entry that two cases share while the other
+waits for it. Planning runs once per process, in a subprocess, from the cached plan manifests.
+"""
+import functools
+from pathlib import Path
+
+import pytest
+
+from ..model.verdicts import Verdict
+from ..project.layout import LayoutError, layout
+
+
+class CaseFailed(Exception):
+    """A case did not pass; the message is every failing stage's report."""
+
+
+@functools.cache
+def _library(root: Path):
+    from ..planning.library import Library  # noqa: PLC0415 -- only in a project with kernel cases
+
+    return Library(root, lambda name, default: default)
+
+
+def pytest_configure(config):
+    try:
+        layout(config.rootpath)
+    except LayoutError as exc:  # a usage error: one line, no traceback
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_collect_file(file_path: Path, parent):
+    root = parent.config.rootpath
+    if file_path.suffix != ".py" or not layout(root).configured:
+        return None
+    for module in layout(root).modules():
+        if module.path == file_path.resolve():
+            return KernelModule.from_parent(parent, path=file_path, module=module.name)
+    return None
+
+
+class KernelModule(pytest.File):
+    """A kernel module: its cases, as planned."""
+
+    def __init__(self, *, module: str, **kwargs):
+        super().__init__(**kwargs)
+        self.module = module
+
+    def collect(self):
+        for plan in _library(self.config.rootpath).plans.values():
+            if plan.module == self.module:
+                yield CaseItem.from_parent(self, name=plan.case)
+
+
+class CaseItem(pytest.Item):
+    """One kernel case, verified through the graph and the project's cache."""
+
+    def runtest(self):
+        from ..pipeline.runner import verify  # noqa: PLC0415 -- imports torch
+        from ..project import config  # noqa: PLC0415
+
+        root = self.config.rootpath
+        library = _library(root)
+        plan = library.plans[self.name]
+        row, _ = verify(plan, library.store, config.runs_root(root) / self.name)
+        if row.status == Verdict.SKIPPED:  # reported at the case's module, not at this line
+            raise pytest.skip.Exception(row.skipped, _use_item_location=True)
+        if row.status != Verdict.PASS:
+            errors = row.errors or {"": f"{self.name} is {row.status}"}
+            raise CaseFailed("\n".join(f"{stage}: {message}" if stage else message
+                                       for stage, message in errors.items()))
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CaseFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, 0, f"kernel case {self.name}"

@@ -1,0 +1,302 @@
+"""The files golden-tasks writes for people and scripts to read, as types declared once: the run record
+(runs/report.json: a RunRecord holds a CaseRow per case, and a row the kernel's and the golden's Timing)
+and a runtime dir's Manifest (runs/<case>/manifest.json).
+
+report builds the record (in the doit parent, and in golden_tasks.run); the JUnit writer, the HTML page,
+`compare` and `golden-tasks watch` read it; runtime writes a Manifest, replay and data read it. `to_json`
+is the one writer and `from_json` the one reader of each: a value of the wrong kind, or a field the type
+does not declare (a misspelling), is a BadRecord naming where it is (`cases[0].kernel_timing.median`); a
+field a file from an older version lacks takes its default. docs/reports.md says what each field means.
+"""
+import dataclasses
+import functools
+import json
+import math
+import types
+import typing
+from pathlib import Path
+
+from .verdicts import StageState, Verdict
+
+
+class BadRecord(ValueError):
+    """A file or value that is not a run record (or part of one); the message names the file and the field."""
+
+
+def _shown(value) -> str:
+    return json.dumps(value)[:80]
+
+
+def _number(value, where: str):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise BadRecord(f"{where}: expected a finite number >= 0, got {_shown(value)}")
+    return value
+
+
+def _count(value, where: str):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRecord(f"{where}: expected a count (an integer >= 0), got {_shown(value)}")
+    return value
+
+
+def _of_kind(kind: type):
+    def check(value, where: str):
+        if not isinstance(value, kind):
+            raise BadRecord(f"{where}: expected {_KIND_NAMES[kind]}, got {_shown(value)}")
+        return value
+    return check
+
+
+_KIND_NAMES = {str: "text", bool: "true or false", list: "a list", dict: "an object"}
+_READERS = {float: _number, int: _count, **{kind: _of_kind(kind) for kind in _KIND_NAMES}}
+
+
+def _reader(kind):
+    """How a value declared as `kind` is read: a word of an enum, a nested record (from_json), a mapping of
+    words (dict[str, StageState]), or a plain JSON value checked for its kind."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
+        kind = next(k for k in typing.get_args(kind) if k is not type(None))
+    if typing.get_origin(kind) is dict:
+        item = _or_none(_reader(typing.get_args(kind)[1]))
+        return lambda value, where: {k: item(v, f"{where}.{k}") for k, v in _object(value, where).items()}
+    if typing.get_origin(kind) is list:
+        item = _or_none(_reader(typing.get_args(kind)[0]))
+        return lambda value, where: [item(v, f"{where}[{i}]") for i, v in enumerate(_list(value, where))]
+    if isinstance(kind, type) and issubclass(kind, JsonRecord):
+        return kind.from_json
+    if isinstance(kind, type) and issubclass(kind, (Verdict, StageState)):
+        def word(value, where):
+            try:
+                return kind(value)
+            except ValueError:
+                raise BadRecord(f"{where}: expected one of {', '.join(kind)}, got {_shown(value)}") from None
+        return word
+    return _READERS[typing.get_origin(kind) or kind]
+
+
+_object, _list = _READERS[dict], _READERS[list]
+
+
+def _or_none(read):
+    """`read`, with None (JSON's null) for any value: a stage without an entry has a key of None."""
+    return lambda value, where: None if value is None else read(value, where)
+
+
+@functools.cache
+def _field_readers(cls) -> dict:
+    return {name: _or_none(_reader(kind)) for name, kind in typing.get_type_hints(cls).items()
+            if not name.startswith("_")}
+
+
+class JsonRecord:
+    """A record type: a kw_only dataclass whose fields are JSON values, enums, nested records, or lists and
+    mappings of them. Fields that are None are left out of its JSON when `_OMIT_NONE`."""
+    _OMIT_NONE = False
+
+    @classmethod
+    def from_json(cls, data, where: str = ""):
+        """The record `data` holds; BadRecord (naming `where` and the field) for a value of the wrong kind,
+        a missing required field or a field this type does not have."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for name, value in _object(data, where or cls.__name__).items():
+            at = f"{where}.{name}" if where else name
+            if name not in fields:
+                raise BadRecord(f"{at}: not a field of {cls.__name__} (it has {', '.join(fields)})")
+            values[name] = _field_readers(cls)[name](value, at)
+        missing = [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise BadRecord(f"{where or cls.__name__}: missing {', '.join(missing)}")
+        return cls(**values)
+
+    def to_json(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None and self._OMIT_NONE:
+                continue
+            out[f.name] = _to_json(value)
+        return out
+
+
+def _to_json(value):
+    if isinstance(value, JsonRecord):
+        return value.to_json()
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_json(v) for k, v in value.items()}
+    return value
+
+
+@dataclasses.dataclass(kw_only=True)
+class Timing(JsonRecord):
+    """A timing's summary in microseconds (stages.summary's, its round times kept in the cache object
+    `samples`), and where the kernel's was measured. Several ranks: the summary is of each round's slowest
+    rank, and `ranks` holds each rank's own."""
+    _OMIT_NONE = True
+    median: float
+    min: float = None
+    mean: float = None
+    max: float = None
+    std: float = None
+    iqr: float = None
+    rse: float = None  # the relative standard error of the mean the timing reached
+    outliers: int = None  # rounds beyond 1.5 IQR of the quartiles (kept in the figures, only flagged)
+    rounds: int = None
+    warmup: int = None
+    stopped: str = None  # what ended the timing: noise, budget or rounds
+    samples: str = None  # the digest of the cache object holding every round's time
+    # where the kernel's rounds ran (bench: stages.bench._device, clock_check)
+    device: str = None
+    threads: int = None
+    name: str = None  # a GPU's
+    sm_clock_mhz: float = None
+    cpu: list[float] = None  # the process's CPU time in each of the first rounds
+    clock: dict[str, float] = None  # the clocks bench checked each other against (ms)
+    unseen_rounds: int = None  # rounds on input sets the kernel had not seen before
+    ranks: list["Timing"] = None
+    imbalance: str = None  # why the ranks look imbalanced
+    slowest_rounds: int = None  # a rank's: in how many rounds it was the slowest
+    placed: int = None  # a rank's: how many tensors it placed on its device
+
+    @property
+    def median_rse(self) -> float | None:
+        """The relative standard error of the median, the one statistic every report and `compare` use:
+        sqrt(pi/2) * sigma / sqrt(rounds) / median (the median's asymptotic error), with sigma estimated
+        from the IQR (IQR / 1.349), so that outliers, reported and kept, do not inflate it; None with fewer
+        than two rounds or without them."""
+        if self.rounds is None or self.rounds < 2 or self.iqr is None or not self.median:
+            return None
+        return (math.pi / 2) ** 0.5 * (self.iqr / 1.349) / self.rounds ** 0.5 / self.median
+
+    def describe(self) -> str:
+        """The median with the noise of it: "20.00 ±1.0%"."""
+        noise = "?" if self.median_rse is None else f"{self.median_rse:.1%}"
+        return f"{self.median:.2f} ±{noise}"
+
+
+@dataclasses.dataclass(kw_only=True)
+class CaseRow(JsonRecord):
+    """One case's summary in a run (pipeline.summary.case_row); docs/reports.md describes each field."""
+    case: str
+    status: Verdict
+    stages: dict[str, StageState] = dataclasses.field(default_factory=dict)  # each stage's state in the run
+    reason: str = None  # a FAIL's line that matters
+    skipped: str = None  # why a SKIPPED case was not verified here
+    errors: dict[str, str] = dataclasses.field(default_factory=dict)  # stage -> its full failure message
+    log: str = None  # the file holding every message of a case that failed
+    max_abs: float = None
+    outputs: list[dict] = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    kernel_us: float = None  # the medians, their ratio and its 1-sigma uncertainty
+    golden_us: float = None
+    speedup: float = None
+    speedup_err: float = None
+    kernel_timing: Timing = None
+    golden_timing: Timing = None
+    rank_us: list[float] = None  # several ranks: each rank's median
+    imbalance: str = None
+    keys: dict[str, str] = dataclasses.field(default_factory=dict)  # stage -> its entry's content key
+    fingerprints: dict[str, str] = dataclasses.field(default_factory=dict)  # kernel, golden, policy
+    seconds: float = None  # what the stages that ran in this run took
+    golden_protected: bool = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunRecord(JsonRecord):
+    """A run: its rows in library order, when and where it ran. Whether it `passed` and its `counts` follow
+    from the rows: written for scripts, not read back."""
+    cases: list[CaseRow]
+    started: float = None  # Unix times
+    finished: float = None
+    machine: dict = dataclasses.field(default_factory=dict)  # toolchain.machine()
+    toolchain: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        """No case failed (FAIL or INCOMPLETE); skips are not failures."""
+        return not any(row.status.failed for row in self.cases)
+
+    @property
+    def counts(self) -> dict:
+        """How many cases have each status, worst first (those that occur)."""
+        found = [row.status for row in self.cases]
+        return {status: found.count(status) for status in Verdict if status in found}
+
+    @classmethod
+    def from_json(cls, data, where: str = "") -> "RunRecord":
+        if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+            raise BadRecord(f"{where}: " * bool(where) + "not a golden-tasks run record (runs/report.json): it has "
+                            "no list of cases")
+        return super().from_json({k: v for k, v in data.items() if k not in ("passed", "counts")}, where)
+
+    def to_json(self) -> dict:
+        return {**super().to_json(), "passed": self.passed, "counts": self.counts}
+
+    @classmethod
+    def read(cls, path: Path) -> "RunRecord":
+        """The record in the file `path`; BadRecord naming the file (and the field) when it is not one."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise BadRecord(f"{path}: cannot read it: {exc.strerror or exc}") from None
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            raise BadRecord(f"{path}: not JSON: {exc}") from None
+        try:
+            return cls.from_json(data)
+        except BadRecord as exc:
+            raise BadRecord(f"{path}: {exc}") from None
+
+    def row(self, case: str) -> CaseRow | None:
+        return next((row for row in self.cases if row.case == case), None)
+
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 2  # 2: the second input set (data/in2, data/golden2)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Manifest(JsonRecord):
+    """A runtime dir's manifest.json (golden_tasks.pipeline.runtime): what its run was, and every file's digest."""
+    format: int
+    case: str
+    module: str = None  # None: defined by golden_tasks.run, not in a kernel module
+    profile: str = None
+    keys: dict[str, str]  # stage -> the key of the entry the run used
+    fingerprints: dict  # plan field -> its fingerprint (runtime.FINGERPRINTS), "parts" -> what they hash
+    toolchain: dict
+    pipeline: str
+    table: list[dict]  # the parameter table (specs.abi_table)
+    placement: dict = dataclasses.field(default_factory=dict)  # name -> where a tensor is resident
+    bench: dict  # the plan's BenchSettings
+    timeout: float = None
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # saved stage -> why it skipped
+    artifact: dict  # the compiled kernel: backend, module, table, files
+    tensors: dict[str, dict]  # relative path -> digest, nbytes, dtype, shape
+    files: dict[str, dict]  # other files (policy.pkl) -> digest, nbytes
+    mtimes: dict[str, int] = dataclasses.field(default_factory=dict)  # relative path -> st_mtime_ns when written
+
+    def recorded(self) -> dict:
+        """Every file of the runtime dir (relative path -> digest, nbytes, ...) but the manifest and report."""
+        return {**self.tensors, **self.artifact["files"], **self.files}
+
+    @classmethod
+    def read(cls, case_dir: Path) -> "Manifest":
+        """The manifest of the runtime dir `case_dir`; BadRecord saying what it is not."""
+        path = Path(case_dir) / MANIFEST
+        try:
+            data = json.loads(path.read_text())
+        except OSError:
+            raise BadRecord(f"{case_dir} is not a runtime dir: no {MANIFEST}") from None
+        except ValueError as exc:
+            raise BadRecord(f"{path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+            raise BadRecord(f"{case_dir} was written by another version of golden-tasks (format "
+                            f"{data.get('format') if isinstance(data, dict) else None}, this one reads "
+                            f"{MANIFEST_FORMAT}): verify the case again to rewrite it")
+        try:
+            return cls.from_json(data)
+        except BadRecord as exc:
+            raise BadRecord(f"{path}: {exc}") from None

@@ -1,0 +1,167 @@
+"""Replay a runtime dir: the saved artifact on the saved inputs, judged against the
+saved golden with the saved policy, then benchmarked.
+
+No compile, no input generation, no golden, and no import of the kernel module:
+a replay works where the kernel's source is gone or changed. It says whether
+the saved data is stale against the current source, and refuses an artifact
+built by another toolchain before dispatching anything.
+"""
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import cloudpickle
+
+from ..model.compare import Policy
+from ..model.errors import VerificationFailure
+from ..model.hashing import digest_file
+from ..model.outputs import POLICY_FILE, ValidateMeta
+from ..model.plan import REPLAY_MEANING, from_json
+from ..model.records import BadRecord, Manifest
+from ..model.specs import placement_of
+from ..planning.discover import plan_in_subprocess
+from ..project.config import DEFAULT_PROFILE
+from ..project.fingerprint import changed_parts
+from ..project.layout import LayoutError, layout
+from ..project.toolchain import toolchain
+from . import graph
+from .runtime import saved_outputs, saved_plan
+
+
+class ReplayError(VerificationFailure):
+    """The runtime dir cannot be replayed here; the message says why."""
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    passed: bool
+    error: str
+    stale: list  # what changed since the data was saved, each with its meaning
+    report: ValidateMeta  # validation report of the replay (None when it failed)
+    bench: dict  # kernel timing (us)
+
+
+def _read_manifest(path: Path) -> Manifest:
+    try:
+        return Manifest.read(path)
+    except BadRecord as exc:
+        raise ReplayError(str(exc)) from None
+
+
+def toolchain_mismatches(manifest: Manifest) -> list:
+    here = toolchain()
+    return [f"{k}: built with {manifest.toolchain.get(k)!r}, this machine has {here[k]!r}"
+            for k in sorted(here) if manifest.toolchain.get(k) != here[k]]
+
+
+def _check_files(path: Path, manifest: Manifest) -> None:
+    problems = []
+    for rel, record in sorted(manifest.recorded().items()):
+        file = path / rel
+        if not file.exists():
+            problems.append(f"{rel}: missing")
+        elif file.stat().st_size != record["nbytes"]:
+            problems.append(f"{rel}: {file.stat().st_size} bytes, {record['nbytes']} expected (truncated?)")
+        elif digest_file(file) != record["digest"]:
+            problems.append(f"{rel}: content does not match its recorded digest (modified?)")
+    if problems:
+        raise ReplayError(f"{path} is damaged:\n  " + "\n  ".join(problems))
+
+
+def _unchecked(manifest: Manifest, project: Path) -> str | None:
+    """Why the case's current source cannot be looked up in `project`; None when it can."""
+    if not manifest.module:
+        return "the case was not defined in a kernel module (golden_tasks.run): it has no source to compare"
+    try:
+        kernels = layout(project).kernels
+    except LayoutError as exc:
+        return str(exc)
+    if not any(folder.is_dir() for folder in kernels):
+        return f"{project} has no kernel folder (give the checkout that holds the case's source with --project)"
+    return None
+
+
+def staleness(path: Path, manifest: Manifest, project: Path) -> list:
+    """What differs between the saved run and the case's current source, with what it means."""
+    found = [f"toolchain changed: {m}" for m in toolchain_mismatches(manifest)]
+    if manifest.module not in {m.name for m in layout(project).modules()}:
+        return found + [f"the case cannot be found in the current source ({manifest.module} is not a module "
+                        "of the project's kernel folders): the saved data is all that is left of it"]
+    try:  # planned under the saved run's profile (dirs written before profiles existed: the default)
+        planned = plan_in_subprocess(project, [manifest.module], manifest.profile or DEFAULT_PROFILE)
+    except RuntimeError as exc:
+        return found + [f"cannot check the source for staleness: {str(exc).strip().splitlines()[-1]}"]
+    plans = [from_json(p) for m in planned.values() for p in m["cases"] if p["case"] == manifest.case]
+    if not plans or plans[0].error:
+        reason = plans[0].error if plans else f"{manifest.module} no longer defines it"
+        return found + [f"the case cannot be found in the current source ({reason}): the saved data "
+                        "is all that is left of it"]
+    current, saved = plans[0], manifest.fingerprints
+    for field, meaning in REPLAY_MEANING.items():
+        if field in saved and getattr(current, field) != saved[field]:  # dirs written before a field was recorded
+            detail = ""
+            if field in current.parts:
+                old, new = saved["parts"].get(field, {}), current.parts[field]
+                names = changed_parts(old, new)
+                helpers = [n for n in names if not n.endswith("(body)")]
+                detail = f" ({', '.join(names)}{'; helper modules or constants' if helpers else ''})"
+            found.append(f"{field} changed since this data was saved{detail}: "
+                         + meaning.format(case=manifest.case))
+    return found
+
+
+@dataclasses.dataclass
+class SavedCase:
+    """What a replay knows of its case besides the saved data: the validation policy it was
+    verified with (policy.pkl) and its tensors' placement (the saved plan's), which the validate
+    stage reads."""
+    saved_policy: Policy
+    saved_placement: dict
+
+    def policy(self) -> Policy:
+        return self.saved_policy
+
+    def placement(self) -> dict:
+        return self.saved_placement
+
+
+def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
+    """Replay the runtime dir at `path`; `project` (default: the current directory) is
+    where its case's current source is looked up for staleness."""
+    path = Path(path).resolve()
+    stale = []
+    try:
+        manifest = _read_manifest(path)
+        mismatches = toolchain_mismatches(manifest)
+        if mismatches:
+            raise ReplayError(f"refusing to run the artifact in {path}, built for another toolchain:\n  "
+                              + "\n  ".join(mismatches))
+        source = Path(project or Path.cwd()).resolve()
+        reason = _unchecked(manifest, source)  # reported, never silently skipped
+        stale = [f"cannot check the source for staleness: {reason}"] if reason else staleness(path, manifest, source)
+        _check_files(path, manifest)
+        plan = saved_plan(manifest, {k: v for k, v in (("warmup", warmup), ("rounds", rounds)) if v is not None})
+        policy = path / POLICY_FILE  # absent for a case that had no golden
+        case = SavedCase(cloudpickle.loads(policy.read_bytes()) if policy.exists() else None,
+                         placement_of(plan.signature))
+        with tempfile.TemporaryDirectory() as work:
+            # dispatch, validate and bench, as in a verify, on the saved abi, compile, inputs and golden
+            outputs = graph.replay(plan, saved_outputs(path, manifest), case, Path(work))
+        if reason := outputs["validate"].skipped:  # no golden was saved, or no device here
+            raise ReplayError(f"cannot replay {path} here: {reason}")
+    except VerificationFailure as exc:
+        return ReplayResult(False, str(exc), stale, None, {})
+    return ReplayResult(True, None, stale, outputs["validate"].meta, outputs["bench"].stats.kernel_us)
+
+
+def main(path, project=None) -> int:
+    """Print a replay's outcome; exit status 0 on PASS."""
+    result = replay(path, project)
+    for line in result.stale:
+        print(f"STALE: {line}")
+    if result.passed:
+        print(f"PASS {path}: max abs error {result.report.max_abs:.3g}, kernel median "
+              f"{result.bench['median']:.1f} us over {result.bench['rounds']} rounds")
+        return 0
+    print(f"FAIL {path}: {result.error}")
+    return 1

@@ -1,0 +1,126 @@
+"""`golden_tasks.run`: the same pipeline and cache, scheduled in-process. Importing it imports no torch
+(the pytest plugin's items verify cached cases with `verify` alone); `run` imports what it needs."""
+import dataclasses
+import traceback
+from pathlib import Path
+
+from ..model.errors import VerificationFailure
+from ..model.outputs import Stats
+from ..model.plan import BenchSettings, FailedPlan
+from ..model.records import CaseRow
+from ..model.verdicts import StageState, Verdict
+from ..project import config
+from . import graph, runtime, summary
+
+
+@dataclasses.dataclass
+class RunResult:
+    """The outcome of one case. `status` is the report's (PASS, FAIL, SKIPPED, INCOMPLETE); `passed` only
+    when validation ran and passed; `skipped`: why a SKIPPED case was not verified here. A skip is not
+    a failure: the result is true (bool) unless the case `failed`."""
+    passed: bool
+    error: str
+    case: str
+    stages: dict  # stage -> StageState
+    timings: dict  # stage -> seconds of the run that produced its entry
+    work_dir: Path  # the case's runtime dir (written when it passes; see golden_tasks.pipeline.replay)
+    bench: dict  # kernel timing stats (us)
+    golden_bench: dict  # golden timing stats (us)
+    report: CaseRow  # the summary row
+    status: Verdict
+    skipped: str = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status.failed
+
+    def __bool__(self):
+        return not self.failed
+
+
+
+
+def verify(plan, store, work_dir: Path, case=None) -> tuple[CaseRow, dict]:
+    """Every stage of `plan` in graph order, each reused from `store` or computed, up to the first that
+    fails; the runtime dir `work_dir` written when the case passes; the hits and misses logged.
+    Returns (the summary row: summary.case_row, stage -> seconds of the run that made its entry).
+    `case` is the live case when the caller has it (else imported where a stage needs it)."""
+    states, errors, timings, failed_max_abs = {}, {}, {}, None
+    if not plan.error:
+        if any(graph.remeasured(s, plan) or graph.cached(s, plan, store) is None for s in graph.STAGES):
+            config.apply_threads()  # imports torch: not for a case whose every stage is cached
+        for stage in graph.STAGES:
+            try:
+                entry, ran = graph.execute(stage, plan, store, case)
+            except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
+                detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
+                states[stage.name], errors[stage.name] = StageState.FAILED, f"{exc}{detail}"
+                failed_max_abs = getattr(exc, "max_abs", None)
+                break
+            states[stage.name] = StageState.RAN if ran else StageState.CACHED
+            timings[stage.name] = Stats.of(entry).seconds
+    row = summary.case_row(plan, states, errors, store, failed_max_abs=failed_max_abs)
+    if row.status == Verdict.PASS and (plan.fresh or not runtime.is_current(plan, store, work_dir)):
+        runtime.materialize(plan, store, work_dir, row)
+    tally = summary.Tally()
+    for stage, state in states.items():
+        if state.reached:
+            tally.add(stage, plan.case, state == StageState.CACHED)
+    store.log_run(tally.to_json())
+    store.record_use({(stage, key) for stage, key in row.keys.items() if key})
+    return row, timings
+
+
+def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **options) -> RunResult:
+    """Verify one kernel through every stage, reusing and filling the cache.
+
+    `fn` is a kernel form (a `@golden_tasks.jit` function), or the import path of one in a module
+    this process must not import ("package.module:function": golden_tasks.forms.untrusted); `specs` a list of
+    TensorSpec/ScalarSpec in parameter order (or a callable returning one).
+    `options` are Case's, with its defaults: rtol, atol, compare, ignore_nan, seed,
+    backend, options, warmup, rounds, min_rounds, max_rounds, rse, budget, flush, timeout,
+    inputs_from, golden_from, file_deps, env_deps (relative paths are found from the current directory).
+    Setup errors (ABI mismatch, bad specs, compile errors) and validation
+    mismatches come back as a failed RunResult with a precise message.
+    """
+    with config.third_party_warnings_hidden():  # torch's deprecation chatter, not the user's warnings
+        return _run(fn, specs, golden, name, cache_dir, runs_dir, options)
+
+
+def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
+    """run's work, with its options as a dict."""
+    from ..forms.base import KernelForm  # noqa: PLC0415 -- as above
+    from ..planning.case import Case, plan_of  # noqa: PLC0415 -- imports torch: not for verify's callers
+
+    # Case's options that run() passes on, its bench settings last (its name, specs, kernel and golden are
+    # run()'s arguments; its root is the current directory).
+    bench = {f.name for f in dataclasses.fields(BenchSettings)}
+    run_options = sorted((f.name for f in dataclasses.fields(Case) if f.name not in ("name", "specs", "kernel",
+                                                                                       "golden", "root")),
+                         key=lambda name: name in bench)
+    if not isinstance(fn, (KernelForm, str)):
+        raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, or the import path "
+                        f"of one, got {fn!r}")
+    unknown = sorted(set(options) - set(run_options))
+    if unknown:
+        raise TypeError(f"run() got unknown options {', '.join(unknown)}; it takes {', '.join(run_options)}")
+    case_name = name or (fn.partition(":")[2] if isinstance(fn, str) else fn.name)
+    store = config.open_store(cache_dir=cache_dir)
+    work_dir = (Path(runs_dir).resolve() if runs_dir else config.runs_root()) / case_name
+    case = None
+    try:
+        case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, **options).resolved()
+        plan = plan_of(case, profile=config.profile())[0].for_this_run()
+    except VerificationFailure as exc:
+        plan = FailedPlan(case_name, None, str(exc), config.profile())
+    row, timings = verify(plan, store, work_dir, case)
+    bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.error else None
+                           for s in ("bench", "golden_bench"))
+    return RunResult(
+        passed=row.status == Verdict.PASS,
+        error="\n".join(row.errors.values()) or (f"SKIPPED: {row.skipped}" if row.skipped else None)
+        or (row.status if row.status != Verdict.PASS else None),
+        case=case_name, stages=row.stages, timings=timings, work_dir=work_dir,
+        bench=(bench and graph.load_timings(store, bench).kernel_us) or {},
+        golden_bench=(golden_entry and graph.load_timings(store, golden_entry).golden_us) or {},
+        report=row, status=row.status, skipped=row.skipped)

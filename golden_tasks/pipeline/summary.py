@@ -1,0 +1,96 @@
+"""A case's summary in a run: its row of the run record (records.CaseRow), built from its stage states in the
+run and its cached entries, and the tally of cache hits over a run. Both runners make them: the doit adapter
+(frontends.doit_session) and golden_tasks.run (runner)."""
+import math
+
+from ..model.outputs import SAMPLES_FILE, BenchMeta, Stats, ValidateMeta
+from ..model.plan import FailedPlan, Plan
+from ..model.records import CaseRow, Timing
+from ..model.verdicts import StageState, Verdict
+from .graph import STAGES, snapshot
+
+
+def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: dict = None,
+             failed_max_abs: float = None) -> CaseRow:
+    """The summary of one case from its stage states and its cached entries; `found`: entries already
+    looked up (graph.resolve); `failed_max_abs`: the largest error of a validation that failed in this run
+    (errors.StageFailed.max_abs)."""
+    stages = {s.name: states.get(s.name, StageState.NOT_RUN) for s in STAGES}
+    if plan.error:
+        return CaseRow(case=plan.case, status=Verdict.FAIL, stages=dict.fromkeys(stages, StageState.NOT_RUN),
+                       errors={"plan": plan.error}, reason=_first_failure({"plan": plan.error}))
+    entries = snapshot(plan, store, found)
+    row = CaseRow(case=plan.case, status=Verdict.INCOMPLETE, stages=stages, errors=errors,
+                  golden_protected=plan.golden_protected,
+                  keys={name: entry and entry.key for name, entry in entries.items()},
+                  fingerprints={field: getattr(plan, field) for field in ("kernel", "golden", "policy")},
+                  seconds=sum(Stats.of(entries[name]).seconds or 0.0 for name, state in stages.items()
+                              if state == StageState.RAN and entries[name]))
+    for name, state in stages.items():
+        if state.reached and entries[name] and entries[name].meta.get("skipped"):
+            stages[name] = StageState.SKIPPED
+    validate, bench, timed_golden = entries["validate"], entries["bench"], entries["golden_bench"]
+    verdict = validate and ValidateMeta.of(validate)
+    if verdict:
+        row.max_abs, row.outputs, row.warnings = verdict.max_abs, verdict.outputs, list(verdict.warnings)
+    elif failed_max_abs is not None and math.isfinite(failed_max_abs):  # JSON has no NaN
+        row.max_abs = failed_max_abs
+    if bench and (second := BenchMeta.of(bench).second_set) and second != "checked":
+        row.warnings.append(f"the benchmark's second input set was {second}")
+    row.golden_timing = timed_golden and _timing(timed_golden, "golden_us")
+    row.kernel_timing = bench and _timing(bench, "kernel_us")  # several ranks: of each round's slowest rank
+    row.golden_us = row.golden_timing and row.golden_timing.median
+    row.kernel_us = row.kernel_timing and row.kernel_timing.median  # a skipped bench has none
+    if row.kernel_timing and row.kernel_timing.ranks:
+        row.rank_us = [rank.median for rank in row.kernel_timing.ranks]
+        row.imbalance = row.kernel_timing.imbalance
+    if row.kernel_us and row.golden_us:
+        row.speedup = row.golden_us / row.kernel_us
+        noise = [row.kernel_timing.median_rse, row.golden_timing.median_rse]
+        if None not in noise:  # relative standard errors add in quadrature
+            row.speedup_err = row.speedup * (noise[0] ** 2 + noise[1] ** 2) ** 0.5
+    if errors or StageState.FAILED in stages.values():
+        row.status, row.reason = Verdict.FAIL, _first_failure(errors)
+    elif verdict and verdict.skipped:
+        row.status, row.skipped = Verdict.SKIPPED, verdict.skipped
+    elif validate and bench:
+        row.status = Verdict.PASS
+    return row
+
+
+def _timing(entry, field: str) -> Timing | None:
+    """The entry's timing summary, with the digest of the object that holds its round times ("samples")."""
+    timing = getattr(Stats.of(entry), field)
+    record = entry.objects.get(SAMPLES_FILE)
+    return timing and Timing.from_json({**timing, "samples": record and record["digest"]}, field)
+
+
+def first_line(text) -> str:
+    """The first line of `text` that is not blank, stripped."""
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+
+
+def _first_failure(errors: dict) -> str:
+    """The message that matters: the first line of the first failure (plan, then graph order), with
+    the next one when it only announces them ("validation FAILED for x:")."""
+    order = ["plan", *(s.name for s in STAGES)]
+    for stage in sorted(errors, key=lambda s: order.index(s) if s in order else len(order)):
+        lines = [line.strip() for line in errors[stage].splitlines() if line.strip()]
+        if lines:
+            return f"{stage}: " + " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])
+    return "a stage failed without a message"
+
+
+class Tally:
+    """Cache hits and misses per stage over one run, for `golden-tasks stats`."""
+
+    def __init__(self):
+        self.hits, self.misses, self.cases = {}, {}, set()
+
+    def add(self, stage: str, case: str, hit: bool) -> None:
+        bucket = self.hits if hit else self.misses
+        bucket[stage] = bucket.get(stage, 0) + 1
+        self.cases.add(case)
+
+    def to_json(self) -> dict:
+        return {"hits": self.hits, "misses": self.misses, "cases": len(self.cases)}

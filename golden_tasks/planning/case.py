@@ -1,0 +1,209 @@
+"""A kernel case: kernel, specs, golden and validation policy, and its plan (golden_tasks.model.plan):
+fingerprints of the kernel, golden and policy, the spec descriptors, the declared parameter
+table, computed where the case's module is imported.
+"""
+import dataclasses
+import glob
+import importlib
+import inspect
+import os
+from pathlib import Path
+
+from ..forms.base import KernelForm, world_size
+from ..forms.untrusted import KernelFacts, KernelRef
+from ..model.compare import Policy
+from ..model.errors import SpecError, StalePlan
+from ..model.hashing import canonical_json, digest_file
+from ..model.plan import SOURCE_FIELDS, BenchSettings, Plan
+from ..model.specs import ScalarSpec, TensorSpec, placement_of, signature_of
+from ..project import config
+from ..project.fingerprint import Fingerprinter, changed_parts, parts
+from ..project.observe import listed
+from .data import describe
+
+
+@dataclasses.dataclass
+class Case(BenchSettings):
+    """One verification case, timed as its BenchSettings say (warmup, rounds, min_rounds, max_rounds,
+    rse, budget, flush: keyword arguments, with BenchSettings' defaults).
+
+    `specs` is a list or a callable returning one (a callable keeps a bad spec
+    from breaking the module's other cases); a callable with a `ranks`
+    parameter is called with the world size, so that a multi-rank case's
+    stacked specs follow it. `ranks` is the world size of a multi-rank kernel
+    (default: the kernel's); `doit ... ranks=N` sets it for every multi-rank case. `kernel` and
+    `golden` default to the module's `<module>` and `golden_<module>`.
+    `compare` maps an output name to a comparator `(name, actual, expected,
+    policy, outputs) -> Comparison` (see compare.py). `inputs_from` / `golden_from` take the inputs /
+    golden outputs from a data directory instead of generating them.
+
+    `file_deps` (paths or glob patterns, relative to the case module's directory) and `env_deps`
+    (environment variable names) declare what the kernel, golden or comparators read at call
+    time: their contents enter the keys of every stage that runs user code, which fingerprints
+    cannot see. Reads at import time are noticed without declaring them.
+    """
+    name: str
+    specs: object
+    kernel: KernelForm | str = None  # a form, or the import path of one in an untrusted module (untrusted.py)
+    golden: object = None
+    rtol: float = 1e-5
+    atol: float = 1e-8
+    compare: dict = dataclasses.field(default_factory=dict)
+    ignore_nan: bool = False
+    seed: int = 0
+    backend: str = None
+    options: dict = dataclasses.field(default_factory=dict)
+    timeout: float = 60.0  # seconds a kernel call may take before it counts as hung
+    ranks: int = None  # the world size of a multi-rank kernel (default: the kernel's own)
+    inputs_from: str = None  # a directory with in/<name>.pt for every scalar, In and InOut (see data.py)
+    golden_from: str = None  # a directory with out/<name>.pt for every Out and InOut
+    file_deps: tuple = ()
+    env_deps: tuple = ()
+    root: Path = None  # where relative file_deps are found: the module's directory (run(): the cwd)
+
+    def resolved(self, module=None, kernel_facts: KernelFacts = None) -> "Case":
+        """A copy with defaults filled in from `module`, `specs` evaluated, and everything checked. A
+        kernel named by import path becomes a KernelRef, knowing `kernel_facts` when given (untrusted.py)."""
+        short = module.__name__.rsplit(".", 1)[-1] if module else None
+        kernel = self.kernel if self.kernel is not None else getattr(module, short, None)
+        if isinstance(kernel, str):
+            kernel = KernelRef(kernel, f"case {self.name!r}", kernel_facts)
+        golden = self.golden if self.golden is not None else getattr(module, f"golden_{short}", None)
+        if not isinstance(kernel, KernelForm):
+            raise SpecError(f"case {self.name!r}: no kernel (expected a @jit or @cpp function "
+                            f"{short!r} in the module or kernel=...)")
+        if not any(p["direction"] in ("out", "inout") for p in kernel.params()):
+            raise SpecError(f"case {self.name!r}: kernel {kernel.name} has no Out or InOut parameter, "
+                            "so there is nothing to verify")
+        if self.ranks is not None:
+            world_size(self.ranks, f"case {self.name!r}")
+        ranks = self.ranks or kernel.ranks
+        if ranks > 1 and config.ranks():
+            ranks = config.ranks()
+        specs = self._specs(ranks)
+        names = [s.name for s in specs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise SpecError(f"case {self.name!r}: duplicate spec names {', '.join(dupes)}")
+        if problem := self.bench_problem():
+            raise SpecError(f"case {self.name!r}: {problem}")
+        if not self.timeout > 0:
+            raise SpecError(f"case {self.name!r}: timeout must be > 0 seconds, got {self.timeout!r}")
+        for field in ("file_deps", "env_deps"):
+            value = getattr(self, field)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise SpecError(f"case {self.name!r}: {field} must be a list of strings, got {value!r}")
+        root = self.root or (Path(module.__file__).parent if module else Path.cwd())
+        return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, ranks=ranks,
+                                   root=Path(root).resolve(),
+                                   compare=dict(self.compare or {}), options=dict(self.options or {}),
+                                   file_deps=tuple(self.file_deps), env_deps=tuple(self.env_deps))
+
+    def policy(self) -> Policy:
+        """How its outputs are validated (the validate stage's view of a case)."""
+        return Policy(self.rtol, self.atol, self.ignore_nan, self.compare)
+
+    def placement(self) -> dict:
+        """Where each resident tensor of a resolved case lives across ranks (name -> TensorSpec.resident),
+        as AbiMeta.placement records it; the validate stage names a stacked output's wrong ranks by it."""
+        return placement_of([signature_of(s) for s in self.specs])
+
+    def _specs(self, ranks: int) -> list:
+        """The spec list, from `specs` or by calling it (with `ranks` if it takes them); anything
+        else is a SpecError naming the case."""
+        try:
+            if not callable(self.specs):
+                specs = self.specs
+            elif "ranks" in inspect.signature(self.specs).parameters:
+                specs = self.specs(ranks=ranks)
+            else:
+                specs = self.specs()
+        except SpecError as exc:
+            raise SpecError(f"case {self.name!r}: {exc}") from None
+        if not isinstance(specs, (list, tuple)) or not all(isinstance(s, (TensorSpec, ScalarSpec)) for s in specs):
+            raise SpecError(f"case {self.name!r}: specs must be a list of TensorSpec and ScalarSpec "
+                            f"(or a function returning one), got {_short_repr(specs)}")
+        return list(specs)
+
+
+def _short_repr(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def declared_reads(case: Case) -> tuple[dict, set]:
+    """({"files": {path: digest}, "env": {name: value or None}}, files read) for a resolved case's
+    file_deps and env_deps. Patterns are expanded (sorted; one matching nothing is recorded as
+    such); a plain path that does not exist is a SpecError naming the case."""
+    files, read = {}, set()
+    for pattern in case.file_deps:
+        full = case.root / pattern
+        if any(c in pattern for c in "*?["):
+            matches = [Path(p) for p in sorted(glob.glob(str(full), recursive=True)) if os.path.isfile(p)]
+        elif listed(full):
+            matches = [full]
+        else:
+            raise SpecError(f"case {case.name!r}: file_deps names {pattern!r}, which is not a file ({full})")
+        files[pattern] = {os.path.relpath(p, case.root): digest_file(p) for p in matches}
+        read |= {str(p) for p in matches}
+    return {"files": files, "env": {name: os.environ.get(name) for name in case.env_deps}}, read
+
+
+def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, set]:
+    """The plan of a resolved case, and the user source files its fingerprints read."""
+    fp = Fingerprinter()
+    data, data_files = describe(case, case.kernel.params())
+    external, external_files = declared_reads(case)
+    specs = []
+    for s in case.specs:
+        desc = signature_of(s)
+        if s.kind == "tensor":
+            desc["init"] = fp(s.init_value)
+        specs.append(desc)
+    plan = Plan(
+        case=case.name, module=module, profile=profile, timeout=case.timeout,
+        params=case.kernel.params(), signature=[signature_of(s) for s in case.specs], specs=specs, seed=case.seed,
+        kernel=fp(case.kernel), backend=case.backend, options=case.options,
+        ranks=case.ranks,
+        golden=fp(case.golden) if case.golden is not None else None,
+        policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),
+        bench=case.bench_settings(), **data, external=external,
+        parts={"kernel": parts(case.kernel, fp), "golden": parts(case.golden, fp) if case.golden is not None else {}},
+        volatile=sorted(set(fp.volatile)), golden_protected=isinstance(case.kernel, KernelRef))
+    return plan, fp.files | data_files | external_files
+
+
+def module_cases(module) -> list:
+    cases = getattr(module, "CASES", None)
+    if not isinstance(cases, (list, tuple)) or not all(isinstance(c, Case) for c in cases):
+        raise SpecError(f"{module.__file__}: expected a module-level CASES list of golden_tasks.Case")
+    return list(cases)
+
+
+def live_case(plan: Plan) -> Case:
+    """Import the plan's module and return its case, checked against the plan.
+
+    A module edited after planning would make the cached keys lie; refuse it
+    (StalePlan: the caller forgets the plan, so that the next run re-plans). A kernel named by import
+    path is imported only in a confined process; elsewhere it is what the plan recorded of it.
+    """
+    from ..forms import isolate  # noqa: PLC0415 -- imports torch, as this module does
+
+    module = importlib.import_module(plan.module)
+    for case in module_cases(module):
+        if case.name == plan.case:
+            recorded = isinstance(case.kernel, str) and not isolate.confined_here()
+            resolved = case.resolved(module, KernelFacts(plan.ranks, plan.params) if recorded else None)
+            current, _ = plan_of(resolved, plan.module)
+            # compared as JSON text: the plan came back from JSON (tuples read back as lists)
+            changed = [k for k in SOURCE_FIELDS if not (recorded and k in ("kernel", "params"))
+                       and canonical_json(getattr(current, k)) != canonical_json(getattr(plan, k))]
+            if changed:
+                named = []
+                for k in changed:  # the function's parts that changed, where it has them
+                    inner = changed_parts(plan.parts.get(k, {}), current.parts.get(k, {}))
+                    named.append(f"{k}: {', '.join(inner)}" if inner else k)
+                raise StalePlan(f"case {plan.case!r}: its source changed since the task graph was planned "
+                                f"({'; '.join(named)}); it is planned again on the next run: run doit again")
+            return resolved
+    raise SpecError(f"case {plan.case!r} is no longer defined in {module.__file__}")

@@ -1,0 +1,93 @@
+"""A project's kernel library as planned for one run: its plans with the run's variables
+applied (doit's `NAME=VALUE` arguments, or the console script's), and its store.
+
+Used by the doit adapter and the `golden-tasks` console script alike; imports
+neither doit nor torch.
+"""
+import difflib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from ..model.plan import VARIABLES, FailedPlan, Plan
+from ..project import config
+from ..project.layout import layout
+from .discover import load_plans
+
+
+def run_variables(root: Path, get: Callable) -> dict:
+    """The run's variables that override plan fields (name -> text), each checked: a bad value
+    is a ValueError naming it, whether or not any case exists. `get(name, default)` reads one;
+    `profile=NAME` and `ranks=N` are exported to the environment (see apply_context). The project's
+    layout gives the profile and backend a run does not (below $GOLDEN_TASKS_PROFILE too)."""
+    project = layout(root)
+    if project.profile:
+        os.environ.setdefault(config.PROFILE_ENV, project.profile)
+    apply_context(get)
+    values = {name: value for name in VARIABLES if (value := get(name, None)) is not None}
+    if project.backend and "backend" not in values:
+        values["backend"] = project.backend
+    Plan().overridden(values)
+    return values
+
+
+# Variables that planning itself depends on (a case's specs may follow them), by their variable.
+CONTEXT = {"profile": config.PROFILE_ENV, "ranks": config.RANKS_ENV, "sandbox": config.SANDBOX_ENV}
+
+
+def unknown_variables(names, own=()) -> str:
+    """Why some of the NAME=VALUE `names` are read by no one ("" if all are known: ours, or `own`, a
+    dodo.py's own), with the nearest known name: doit would ignore them, so a misspelt `timout=5` would
+    change nothing in silence."""
+    known = {*VARIABLES, *CONTEXT, *own}
+    unknown = [name for name in names if name not in known]
+    hints = [name + (f" (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, n=1,
+                                                                                            cutoff=0.6)) else "")
+             for name in unknown]
+    return f"unknown doit variable{'s' * (len(unknown) > 1)} {', '.join(hints)}" if unknown else ""
+
+
+def apply_context(get: Callable) -> None:
+    """Variables profile=NAME and ranks=N: export each as its environment variable (over any set
+    before), for the planning subprocess and the stages, in this process and the workers it
+    forks; absent, the environment is left as it is."""
+    ranks = get("ranks", None)
+    if ranks is not None and not (ranks.isdigit() and int(ranks) >= 1):
+        raise ValueError(f"doit variable ranks={ranks!r} is not a world size (an integer >= 1)")
+    if (sandbox := get("sandbox", None)) is not None:
+        config.sandbox_mode(sandbox, "doit variable sandbox")
+    for name, env in CONTEXT.items():
+        if (value := get(name, None)) is not None:
+            os.environ[env] = value
+
+
+def planned_library(root: Path, store, values: dict) -> dict:
+    """case -> Plan or FailedPlan, with the variables applied and duplicate case names made failures."""
+    plans = {}
+    for plan in load_plans(root, store):
+        if plan.case in plans:
+            plan = FailedPlan(plan.case, plan.module, f"case {plan.case!r} is defined in both {plan.module} "
+                                                      f"and {plans[plan.case].module}", plan.profile)
+        if not plan.error:
+            plan = plan.overridden(values).for_this_run()
+        plans[plan.case] = plan
+    return plans
+
+
+class Library:
+    """The planned kernel library of one project checkout, with its store."""
+
+    def __init__(self, root: Path, get: Callable):
+        self.root = root
+        layout(root).importable()  # the kernel modules import by name here and in every process started after
+        values = run_variables(root, get)
+        self.store = config.open_store(root)
+        self.plans = planned_library(root, self.store, values)
+
+    def ok(self) -> list:
+        return [p for p in self.plans.values() if not p.error]
+
+    def unplanned(self) -> list:
+        """The failed plans of kernel modules that could not be imported or planned at all (named by the
+        module's stem: their cases are not known)."""
+        return [p for p in self.plans.values() if p.error and p.module and p.case == p.module.rpartition(".")[2]]

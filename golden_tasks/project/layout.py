@@ -1,0 +1,135 @@
+"""Where a project keeps its kernel modules, cache and run reports: the `[tool.golden-tasks]` table of
+its pyproject.toml, else the defaults (kernels/, cache/, runs/ beside it).
+
+    [tool.golden-tasks]
+    kernels = ["src/mykernels"]  # folders of kernel modules (default: ["kernels"])
+    cache = ".golden-cache"       # the store (default: cache); $GOLDEN_TASKS_CACHE wins
+    runs = "build/runs"           # reports and runtime dirs (default: runs); $GOLDEN_TASKS_RUNS wins
+    profile = "small"             # the size profile when no profile=NAME is given
+    backend = "eager"             # every case's backend when no backend=NAME is given
+
+A kernel folder's modules (its *.py files but _private ones) are imported as `<folder name>.<stem>`,
+with the folder's parent on sys.path: `kernels/rms_norm.py` is `kernels.rms_norm`, and
+`src/mykernels/attn.py` is `mykernels.attn`. Reads no module and imports neither torch nor doit.
+"""
+import dataclasses
+import functools
+import sys
+from pathlib import Path
+
+from ..model.origin import add_project
+from ..model.plan import BACKENDS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover -- the tomli backport, a dependency below 3.11
+    import tomli as tomllib
+
+TABLE = "tool.golden-tasks"
+KEYS = ("backend", "cache", "kernels", "profile", "runs")
+
+
+class LayoutError(ValueError):
+    """The project's [tool.golden-tasks] table is malformed; the message names the file and key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelModule:
+    """One kernel module: its import name, its file, and the folder that goes on sys.path for it."""
+    name: str
+    path: Path
+    import_root: Path
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A project's folders (absolute) and defaults; None where the project sets nothing. `configured`:
+    its pyproject.toml has the table (pytest then collects its cases)."""
+    root: Path
+    kernels: tuple = ()
+    cache: Path = None
+    runs: Path = None
+    profile: str = None
+    backend: str = None
+    configured: bool = False
+    named: tuple = ()  # the kernel folders as the table writes them (empty: the default folder)
+
+    def modules(self) -> list:
+        """Every kernel module, folder by folder, each folder's in name order."""
+        return [KernelModule(f"{folder.name}.{path.stem}", path, folder.parent) for folder in self.kernels
+                for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")]
+
+    def module(self, name: str) -> KernelModule:
+        """The kernel module called `name` (KeyError when the layout has none)."""
+        found = {m.name: m for m in self.modules()}
+        return found[name]
+
+    def importable(self) -> None:
+        """Put each kernel folder's parent first on sys.path (once), so its modules import by name in
+        this process and in those started after (a forkserver takes sys.path along); the project's
+        code is user code there, wherever sys.path finds it (golden_tasks.model.origin)."""
+        add_project(self.root, *self.kernels)
+        for root in dict.fromkeys(folder.parent for folder in reversed(self.kernels)):
+            if str(root) not in sys.path:
+                sys.path.insert(0, str(root))
+
+    def relative(self, path: Path) -> str:
+        """`path` as the user knows it: relative to the project root where it lies inside it."""
+        try:
+            return str(Path(path).relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+
+def _text(table: dict, key: str, where: str) -> str | None:
+    value = table.get(key)
+    if value is not None and not (isinstance(value, str) and value.strip()):
+        raise LayoutError(f"{where}: {key} must be a non-empty string, not {value!r}")
+    return value
+
+
+@functools.cache
+def layout(root: Path) -> Layout:
+    """The layout of the project at `root`, read once per process from root/pyproject.toml; a kernel
+    folder the table names must exist (the default may not: a project with no cases yet)."""
+    found = declared(root)
+    where = f"{found.root / 'pyproject.toml'} [{TABLE}]"
+    for folder, text in zip(found.kernels, found.named):
+        if not folder.is_dir():
+            raise LayoutError(f"{where}: kernels folder {text!r} does not exist ({folder})")
+    return found
+
+
+@functools.cache
+def declared(root: Path) -> Layout:
+    """The layout as root/pyproject.toml declares it, its form checked but not that its folders exist
+    (`golden-tasks init` makes them)."""
+    root = Path(root).resolve()
+    pyproject = root / "pyproject.toml"
+    table, document_has = {}, False
+    if pyproject.is_file():
+        try:
+            document = tomllib.loads(pyproject.read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise LayoutError(f"{pyproject}: cannot be read: {exc}") from None
+        document_has = "golden-tasks" in document.get("tool", {})
+        table = document.get("tool", {}).get("golden-tasks", {})
+    where = f"{pyproject} [{TABLE}]"
+    if not isinstance(table, dict):
+        raise LayoutError(f"{where} must be a table")
+    if unknown := sorted(set(table) - set(KEYS)):
+        raise LayoutError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
+    folders = table.get("kernels", ["kernels"])
+    if not (isinstance(folders, list) and folders and all(isinstance(f, str) and f.strip() for f in folders)):
+        raise LayoutError(f"{where}: kernels must be a non-empty list of folders, not {folders!r}")
+    kernels = tuple((root / f).resolve() for f in folders)
+    names = [k.name for k in kernels]
+    if len(set(names)) < len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise LayoutError(f"{where}: two kernel folders are named {twice!r}: their modules would share import names")
+    cache, runs = (_text(table, key, where) for key in ("cache", "runs"))
+    if (backend := _text(table, "backend", where)) not in (None, *BACKENDS):
+        raise LayoutError(f"{where}: backend {backend!r} is not a backend ({', '.join(BACKENDS)})")
+    return Layout(root, kernels, cache and (root / cache).resolve(), runs and (root / runs).resolve(),
+                  _text(table, "profile", where), backend, configured=document_has,
+                  named=tuple(folders) if "kernels" in table else ())

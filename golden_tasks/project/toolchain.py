@@ -1,0 +1,144 @@
+"""What the machine contributes to every output: interpreter, torch, C++ and CUDA compilers,
+CPU ISA, GPUs.
+
+Read without importing torch (package metadata, `c++ --version`, `nvcc --version`,
+/proc/cpuinfo, /dev/nvidia*), so the doit parent process can compute keys cheaply.
+"""
+import functools
+import glob
+import importlib.metadata
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from ..model.hashing import digest_bytes, digest_file, digest_json
+from . import config, sandbox
+
+
+def compiler() -> tuple:
+    """The C++ compiler command @cpp runs and AOTInductor uses: $CXX (a command line, such as
+    `ccache g++`), else c++. Read on every call: a process may change its environment."""
+    return _words(os.environ.get("CXX", "c++"))
+
+
+@functools.cache
+def _words(command: str) -> tuple:
+    return tuple(shlex.split(command))
+
+
+def visible_gpus() -> str:
+    """The CUDA visibility mask: $CUDA_VISIBLE_DEVICES, else all. Read on every call."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "all")
+
+
+def _version(command: tuple, line: int) -> str:
+    """One line of `command --version` (g++ names its release first, nvcc last)."""
+    name = " ".join(command)
+    try:
+        out = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return f"{name}: unavailable"
+    lines = out.stdout.strip().splitlines()
+    return lines[line] if lines else f"{name}: unavailable"
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return digest_bytes(" ".join(sorted(line.split(":", 1)[1].split())).encode())
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _gpus(visible: str) -> str:
+    """NVIDIA devices present (and the visibility mask): a CUDA kernel skipped on a machine
+    without one must run, not hit that cache entry, on a machine with one."""
+    return f"{len(glob.glob('/dev/nvidia[0-9]*'))} visible={visible}"
+
+
+def toolchain() -> dict:
+    """The toolchain components that enter every stage key. Read from the environment on every call
+    (a process that changes $CXX must not key with the compiler it had before), cached per value:
+    the same values give the same dict object (graph keys its memo of keys by it)."""
+    environ = os.environ
+    return _toolchain_of(environ.get("CXX"), environ.get("CUDA_VISIBLE_DEVICES"), environ.get(config.SANDBOX_ENV))
+
+
+@functools.cache
+def _toolchain_of(*variables) -> dict:
+    """toolchain() for these values of its environment variables (what it reads of them is read here)."""
+    return _toolchain(compiler(), visible_gpus(), confinement())
+
+
+def confinement() -> str:
+    """How kernels run here: "confined", "off" (sandbox=off), or why this machine cannot confine them.
+    A verdict made unconfined is never one a confined run reuses."""
+    mode = config.sandbox()
+    return "off" if mode == "off" else sandbox.support() or "confined"  # support(): cached, once a process
+
+
+@functools.cache
+def _toolchain(cxx: tuple, visible: str, confined: str) -> dict:
+    return {
+        "python": f"{sys.implementation.name}-{platform.python_version()}",
+        "torch": importlib.metadata.version("torch"),
+        "cxx": _version(cxx, 0),  # the compiler AOTInductor and @cpp use
+        "nvcc": _version(("nvcc",), -1),
+        "isa": f"{platform.machine()}:{_cpu_flags()}",
+        "gpus": _gpus(visible),
+        "sandbox": confined,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "Hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_models() -> list:
+    """The NVIDIA driver's model name of each GPU (no torch, no NVML)."""
+    models = []
+    for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):
+        try:
+            with open(info) as f:
+                models += [line.split(":", 1)[1].strip() for line in f if line.startswith("Model")]
+        except OSError:
+            continue
+    return models
+
+
+def machine() -> dict:
+    """The machine a timing was measured on, which enters the keys of the timing stages only: a
+    measurement from another machine is never reused (the verdicts are). The visibility mask is
+    read on every call, as toolchain() reads it."""
+    return {**_hardware(), "visible": visible_gpus()}
+
+
+@functools.cache
+def _hardware() -> dict:
+    return {"host": platform.node(), "cpu": _cpu_model(), "cores": os.cpu_count(), "gpus": _gpu_models()}
+
+
+# What only presents or schedules results: editing it cannot change a stage's output.
+_NOT_IN_VERSION = ("reports", "frontends")  # layers; and the entry points at the package's top
+
+
+@functools.cache
+def pipeline_version() -> str:
+    """Digest of the package's source that shapes outputs: editing it invalidates every entry."""
+    package = Path(__file__).parents[1]
+    return digest_json({str(p.relative_to(package)): digest_file(p) for p in sorted(package.rglob("*.py"))
+                        if len(p.relative_to(package).parts) > 1 and p.relative_to(package).parts[0]
+                        not in _NOT_IN_VERSION})

@@ -1,0 +1,399 @@
+"""Content-addressed store: immutable objects by digest, stage entries by key.
+
+Layout under the root:
+    objects/<d[:2]>/<digest>                  raw bytes (tensor data, compiled artifacts)
+    entries/<stage>/<k[:2]>/<key>.json        one stage output: its objects, metadata and key recipe
+    locks/<stage>/<k[:2]>/<key>.lock          held while a process computes that entry
+    plans/<checkout>/<profile>/<module>.json  planned cases of one kernel module of one checkout
+    log/runs.jsonl                            hit/miss counts of each run
+    log/used/<digest>.txt                     the entries a run used; its mtime: their last use
+
+Every file appears by atomic rename of a fully written, fsynced temporary file,
+and an entry is written only after all of its objects, so an interrupted run
+never leaves a half-written entry that a later run trusts.
+
+Every object's digest is recorded in the entries that use it, and an entry's
+own digest covers its objects and metadata. Looking an entry up checks that
+digest and each object's size, and re-hashes an object whose modification time
+differs from the one recorded; loading an object re-hashes it. An object that
+no longer matches makes its entry a miss, with a warning naming the entry.
+Lookups always read the disk: another process may have replaced an entry (a
+dropped one recomputed), and a remembered entry would make keys that no
+longer exist.
+
+One computation per key at a time: `computing` holds a file lock on the key
+(across threads, worker processes, doit processes and `golden_tasks.run`
+callers), and whoever waited for it finds the entry made while it waited.
+
+A read-only store never writes under its root: what the run computes goes to
+an overlay store (a scratch directory) that is read after the root.
+"""
+import functools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..model.errors import VerificationFailure
+from ..model.hashing import digest_bytes, digest_file, digest_json
+
+
+class CacheWriteError(VerificationFailure):
+    """The cache cannot be written (permissions, full disk)."""
+
+
+class CorruptObject(Exception):
+    """A stored object no longer matches its recorded digest."""
+
+    def __init__(self, entry, name: str, problem: str):
+        what = f"object {name!r}" if name is not None else "its record"
+        super().__init__(f"cache entry {entry.stage}:{entry.case} (key {entry.key[:12]}): {what} {problem}")
+        self.entry, self.name, self.problem = entry, name, problem
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cached stage output.
+
+    `digest` covers every object and `meta`, the deterministic part that
+    downstream keys read; `stats` (timings), `recipe` (the digest of the object
+    that holds what went into the key: Store.recipe) and `seen` (each object's
+    mtime when recorded) are informational and kept out of it, so that a re-run
+    producing the same outputs keeps its digest.
+    """
+    stage: str
+    key: str
+    case: str
+    digest: str
+    objects: dict
+    meta: dict
+    stats: dict
+    recipe: str = None
+    seen: dict = field(default_factory=dict)
+
+    def intact(self) -> bool:
+        """Whether the objects and metadata are still those its digest was made from."""
+        return digest_json({"objects": self.objects, "meta": self.meta}) == self.digest
+
+
+_DAMAGED = object()  # Store._read: an entry file whose content no longer matches its digest
+
+
+def warn(message: str) -> None:
+    sys.stderr.write(f"golden-tasks: warning: {message}\n")
+
+
+@functools.cache
+def umask() -> int:
+    """This process's umask: read from /proc, where the kernel shows it, else by setting it and back
+    (which, for an instant, leaves other threads' new files unmasked)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def atomic_write(path: Path, write) -> None:
+    """Write `path` through a temporary file and a rename; nothing partial ever appears. The file gets the
+    mode a plain open() would give it (0666 less the umask: a team sharing a cache reads each other's
+    files), not the temporary file's 0600."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise CacheWriteError(_cannot_write(path, exc)) from exc
+    try:
+        os.fchmod(fd, 0o666 & ~umask())
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise CacheWriteError(_cannot_write(path, exc)) from exc
+        raise
+
+
+def _cannot_write(path: Path, exc: OSError) -> str:
+    return (f"cannot write to the cache: {exc.strerror or exc} ({path}). Free space, make it writable, "
+            "point GOLDEN_TASKS_CACHE elsewhere, or set GOLDEN_TASKS_CACHE_READONLY=1 to use it read-only")
+
+
+def object_problem(path: Path, record: dict) -> str:
+    """Why the object at `path` does not match `record`, or None when it does."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return "is missing"
+    if size != record["nbytes"]:
+        return f"has {size} bytes, {record['nbytes']} recorded (truncated?)"
+    if digest_file(path) != record["digest"]:
+        return "content does not match its digest (corrupted)"
+    return None
+
+
+class Store:
+    def __init__(self, root, readonly: bool = False, overlay=None):
+        self.root = Path(root)
+        self._root = str(self.root)  # lookups build paths as strings: a Path per lookup costs more than the stat
+        self.readonly = readonly
+        self.overlay = Store(overlay) if readonly else None
+        self._bad = set()  # read-only: corrupt entries left on disk, not to be reported again
+        self.dropped = set()  # (stage, key) of the entries this process dropped as corrupt
+        self._read_before = {}  # entry file -> (its stat signature, its intact Entry): see get
+
+    def __getstate__(self):  # what this process read stays here: a child reads for itself
+        return {**self.__dict__, "_read_before": {}}
+
+    # -- objects --------------------------------------------------------------
+
+    def object_path(self, digest: str) -> Path:
+        return Path(self._object_file(digest))
+
+    def _object_file(self, digest: str) -> str:
+        path = f"{self._root}/objects/{digest[:2]}/{digest}"
+        if self.overlay is not None and not os.path.exists(path):
+            return self.overlay._object_file(digest)
+        return path
+
+    def put_buffer(self, buf) -> dict:
+        """Store a buffer-protocol object; return its object record (digest, nbytes)."""
+        view = memoryview(buf).cast("B")
+        digest = digest_bytes(view)
+        self._write_object(digest, lambda f: f.write(view))
+        return {"digest": digest, "nbytes": view.nbytes}
+
+    def put_file(self, src: Path) -> dict:
+        digest = digest_file(src)
+        with open(src, "rb") as s:
+            self._write_object(digest, lambda f: shutil.copyfileobj(s, f))
+        return {"digest": digest, "nbytes": os.path.getsize(src)}
+
+    def object_files(self):
+        """The path of every file in this store's objects folder (not its overlay's): objects, and the
+        temporary files of writes in progress or interrupted (*.tmp, dot-files)."""
+        return (p for p in (self.root / "objects").glob("*/*") if p.is_file())
+
+    def _write_object(self, digest: str, write) -> None:
+        path = self.object_path(digest)
+        if path.exists():
+            return
+        target = self.overlay if self.readonly else self
+        atomic_write(target.root / "objects" / digest[:2] / digest, write)
+
+    # -- entries --------------------------------------------------------------
+
+    def entry_path(self, stage: str, key: str) -> Path:
+        return Path(self._entry_file(stage, key))
+
+    def _entry_file(self, stage: str, key: str) -> str:
+        return f"{self._root}/entries/{stage}/{key[:2]}/{key}.json"
+
+    def entries(self):
+        """(path, Entry) for every readable entry manifest in this store (not its overlay), by path."""
+        for path in sorted((self.root / "entries").glob("*/*/*.json")):
+            try:
+                yield path, Entry(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                continue
+
+    def get(self, stage: str, key: str):
+        """The valid entry for (stage, key), or None.
+
+        A corrupt entry (an object missing, truncated or altered) is a miss: it
+        is reported, and dropped unless it lies in a read-only root. A read-only
+        store finds entries in its root, then in its overlay, and their objects
+        in either.
+
+        An entry file is parsed and its digest checked once per process while a
+        stat of it (inode, size, mtime) is unchanged: entries are replaced only by
+        rename, so any new content is a new stat. Its objects are stat'ed on every
+        call. Nothing is written: use is recorded once per run (record_use).
+        """
+        entry = None if (stage, key) in self._bad else self._read(stage, key)
+        if entry is None and self.overlay is not None:
+            entry = self.overlay._read(stage, key)
+        if entry is None:
+            return None
+        if entry is _DAMAGED:
+            return None
+        for name, record in entry.objects.items():
+            path = self._object_file(record["digest"])
+            try:
+                st = os.stat(path)
+                unchanged = st.st_size == record["nbytes"] and st.st_mtime_ns == entry.seen.get(record["digest"])
+            except OSError:
+                unchanged = False
+            problem = None if unchanged else object_problem(path, record)
+            if problem:
+                self.drop(CorruptObject(entry, name, problem))
+                return None
+        return entry
+
+    def _read(self, stage, key):
+        """The entry under (stage, key) here: None when there is none, _DAMAGED when it was edited (dropped)."""
+        path = self._entry_file(stage, key)
+        try:
+            st = os.stat(path)
+            signature = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if (before := self._read_before.get(path)) and before[0] == signature:
+                return before[1]
+            with open(path, "rb") as f:
+                entry = Entry(**json.loads(f.read()))
+        except (OSError, ValueError, TypeError):
+            return None
+        if not entry.intact():
+            self.drop(CorruptObject(entry, None, "does not match its digest (edited?)"))
+            return _DAMAGED
+        self._read_before[path] = (signature, entry)
+        return entry
+
+    def drop(self, corruption: CorruptObject) -> None:
+        """Forget a corrupt entry (and its bad objects) so that its stage is recomputed."""
+        entry = corruption.entry
+        self.dropped.add((entry.stage, entry.key))
+        owner = self.overlay if self.readonly else self
+        if not owner.entry_path(entry.stage, entry.key).exists() and self.readonly:  # the read-only root's
+            self._bad.add((entry.stage, entry.key))
+            warn(f"{corruption}; treating it as a miss (read-only cache: left in place)")
+            return
+        warn(f"{corruption}; dropping it and recomputing")
+        for record in entry.objects.values():
+            path = self.object_path(record["digest"])
+            if path.is_relative_to(owner.root) and path.exists() and object_problem(path, record):
+                path.unlink(missing_ok=True)
+        owner.entry_path(entry.stage, entry.key).unlink(missing_ok=True)
+
+    def commit(self, stage: str, key: str, case: str, objects: dict, meta: dict, stats: dict,
+               recipe: dict = None) -> Entry:
+        """Record a stage output whose objects are already stored."""
+        digest = digest_json({"objects": objects, "meta": meta})
+        seen = {r["digest"]: os.stat(self.object_path(r["digest"])).st_mtime_ns for r in objects.values()}
+        # the recipe (a kilobyte or more) is read only by `golden-tasks explain`: an object of its own
+        made = recipe and self.put_buffer(json.dumps(recipe, sort_keys=True).encode())["digest"]
+        entry = Entry(stage=stage, key=key, case=case, digest=digest, objects=objects, meta=meta, stats=stats,
+                      recipe=made, seen=seen)
+        target = self.overlay if self.readonly else self
+        text = json.dumps(entry.__dict__, sort_keys=True, indent=1).encode()
+        atomic_write(target.entry_path(stage, key), lambda f: f.write(text))
+        return entry
+
+    def recipe(self, entry: Entry):
+        """What went into the entry's key (graph.recipe, with the fingerprints' parts), or None when its
+        object is gone or damaged."""
+        if not entry.recipe:
+            return None
+        path = self.object_path(entry.recipe)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        return json.loads(data) if digest_bytes(data) == entry.recipe else None
+
+    def computing(self, stage: str, key: str):
+        """A FileLock to hold while computing (stage, key): look the entry up again once it is held."""
+        from filelock import FileLock  # noqa: PLC0415 -- only where stages run, never in the doit parent
+
+        target = self.overlay if self.readonly else self
+        path = target.root / "locks" / stage / key[:2] / f"{key}.lock"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheWriteError(_cannot_write(path, exc)) from exc
+        return FileLock(path)
+
+    # -- small files ----------------------------------------------------------
+
+    def read_json(self, relative: str):
+        """A JSON file under the store (the overlay first when read-only), or None."""
+        for store in ([self.overlay] if self.overlay is not None else []) + [self]:
+            try:
+                return json.loads((store.root / relative).read_text())
+            except (OSError, ValueError):
+                continue
+        return None
+
+    def remove(self, relative: str) -> None:
+        """Remove a small file under the store (the overlay's, when read-only), if it exists."""
+        ((self.overlay if self.readonly else self).root / relative).unlink(missing_ok=True)
+
+    def plot_path(self, key: str) -> Path:
+        """Where the HTML report keeps the figures it drew from entries, under the page's content `key`."""
+        return self.root / "plots" / f"{key}.json"
+
+    def plot_files(self) -> list:
+        return list((self.root / "plots").glob("*.json"))
+
+    def write_json(self, relative: str, data) -> None:
+        text = json.dumps(data, sort_keys=True, indent=1).encode()
+        atomic_write(((self.overlay if self.readonly else self).root / relative), lambda f: f.write(text))
+
+    def record_use(self, used) -> None:
+        """Note that a run used the entries `used` ((stage, key) pairs), for gc's least-recently-used
+        order (last_used): one file per distinct set under log/used/, its mtime the set's last use, so
+        that a run that uses the same entries again touches one file (lookups write nothing)."""
+        if self.readonly or not used:
+            return
+        text = "".join(f"{stage}/{key}\n" for stage, key in sorted(used)).encode()
+        path = self.root / "log" / "used" / f"{digest_bytes(text)}.txt"
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            try:
+                atomic_write(path, lambda f: f.write(text))
+            except CacheWriteError as exc:
+                warn(f"could not record this run's use of the cache: {exc}")
+        except OSError as exc:
+            warn(f"could not record this run's use of the cache: {exc}")
+
+    def last_used(self) -> dict:
+        """(stage, key) -> the last time a run recorded using it (record_use), over every record."""
+        last = {}
+        for path in (self.root / "log" / "used").glob("*.txt"):
+            try:
+                when, lines = path.stat().st_mtime, path.read_text().split()
+            except OSError:
+                continue
+            for line in lines:
+                stage, _, key = line.partition("/")
+                last[stage, key] = max(when, last.get((stage, key), 0.0))
+        return last
+
+    def forget_use(self, kept: set) -> None:
+        """Remove each record of use (record_use) that lists none of the entries `kept` ((stage, key))."""
+        for path in (self.root / "log" / "used").glob("*.txt"):
+            try:
+                listed = {tuple(line.split("/", 1)) for line in path.read_text().split()}
+            except OSError:
+                continue
+            if not listed & kept:
+                path.unlink(missing_ok=True)
+
+    def runs_logged(self, last: int) -> list:
+        """The hit/miss counts of the last `last` runs (log_run), oldest first."""
+        try:
+            lines = (self.root / "log" / "runs.jsonl").read_text().splitlines()[-last:]
+        except OSError:
+            return []
+        return [json.loads(line) for line in lines]
+
+    def log_run(self, counts: dict) -> None:
+        """Append one run's hit/miss counts to log/runs.jsonl (not in read-only mode)."""
+        if self.readonly:
+            return
+        line = json.dumps({"time": time.time(), **counts}, sort_keys=True) + "\n"
+        try:
+            (self.root / "log").mkdir(parents=True, exist_ok=True)
+            with open(self.root / "log" / "runs.jsonl", "a") as f:  # O_APPEND: concurrent lines stay whole
+                f.write(line)
+        except OSError as exc:
+            warn(f"could not log this run's counts: {exc}")

@@ -1,0 +1,62 @@
+"""Tensors in the store: raw little-endian bytes, with dtype and shape in the entry.
+
+Stored without an intermediate copy (a contiguous tensor's memory is hashed
+and written directly) and loaded by memory mapping (copy-on-write, so a stage
+may write to what it loaded without touching the store).
+"""
+import torch
+
+from ..model.hashing import digest_bytes
+from ..model.specs import dtype_name, dtype_of
+from .store import Store
+
+
+def _bytes(tensor: torch.Tensor):
+    """The tensor's memory as a flat uint8 array, without copying a contiguous tensor."""
+    return tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b""
+
+
+def put_tensor(store: Store, tensor: torch.Tensor) -> dict:
+    data = tensor.detach().cpu().contiguous()
+    return {**store.put_buffer(_bytes(data)), "dtype": dtype_name(data.dtype), "shape": list(data.shape)}
+
+
+def map_raw(path, record: dict, verify: bool = False) -> torch.Tensor:
+    """A raw tensor file (record: nbytes, dtype, shape, digest), memory-mapped copy-on-write.
+
+    Raises ValueError when the file cannot be mapped or, with `verify`, when its
+    bytes no longer match the recorded digest.
+    """
+    dtype, shape = dtype_of(record["dtype"]), tuple(record["shape"])
+    if record["nbytes"] == 0:
+        return torch.empty(shape, dtype=dtype)
+    try:
+        flat = torch.from_file(str(path), shared=False, size=record["nbytes"], dtype=torch.uint8)
+    except RuntimeError as exc:  # missing or shorter than recorded
+        raise ValueError(f"cannot be mapped ({exc})") from exc
+    if verify and digest_bytes(flat.numpy()) != record["digest"]:
+        raise ValueError("content does not match its digest (corrupted)")
+    return flat.view(dtype).reshape(shape)
+
+
+def load_tensor(store: Store, record: dict) -> torch.Tensor:
+    """The stored tensor, memory-mapped and re-hashed."""
+    return map_raw(store.object_path(record["digest"]), record, verify=True)
+
+
+def same_bits(a, b) -> bool:
+    """Bitwise equality of two tensors of one dtype and shape (a NaN equals itself)."""
+    return a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
+
+
+def on_device(artifact, args: list) -> list:
+    """The arguments with every tensor on the artifact's device (the same tensor when already there)."""
+    return [a.to(artifact.device) if hasattr(a, "to") else a for a in args]
+
+
+def back_to_host(args: list, moved: list) -> None:
+    """Copy what the kernel left in its device arguments back into `args` (In tensors too, so that
+    a write to one is seen)."""
+    for arg, result in zip(args, moved):
+        if result is not arg:
+            arg.copy_(result)
