@@ -19,7 +19,8 @@ from golden_tasks import CompileError, In, Out, Scalar, ScalarSpec, SpecError, T
 from golden_tasks.forms.base import Artifact
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.model.specs import signature_of
-from golden_tasks.project.fingerprint import Fingerprinter, parts
+from golden_tasks.project.fingerprint import Fingerprinter
+from golden_tasks.project.fingerprint_parts import parts
 from golden_tasks.stages import abi
 
 F32, I64 = torch.float32, torch.int64

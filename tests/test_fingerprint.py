@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import golden_tasks
-from golden_tasks.project.fingerprint import Fingerprinter, fingerprint, parts
+from golden_tasks.project.fingerprint import Fingerprinter, fingerprint
+from golden_tasks.project.fingerprint_parts import parts
 
 BASE = '''
 import torch

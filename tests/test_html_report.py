@@ -12,15 +12,10 @@ import torch
 from project import Project
 
 from golden_tasks.model.records import RunRecord
+from golden_tasks.reports import figures
 from golden_tasks.reports import html_report as html_report_module
-from golden_tasks.reports.html_report import (
-    RATIO_FLOOR,
-    grid_shape,
-    mismatch_bins,
-    mismatch_extent,
-    ratio_histogram,
-    write_page_if_drawn,
-)
+from golden_tasks.reports.figures import RATIO_FLOOR, grid_shape, mismatch_bins, mismatch_extent, ratio_histogram
+from golden_tasks.reports.html_report import write_page_if_drawn
 
 INSTALL = "apt-get install -y chromium"
 # As root chromium needs --no-sandbox; --virtual-time-budget lets the page's load handler run before the dump;
@@ -305,7 +300,7 @@ def test_the_verdict_counts_a_skip_as_no_failure(statuses, passed, verdict):
 def test_one_slow_round_does_not_flatten_the_rounds_plot():
     times = [10.0 + 0.01 * (i % 7) for i in range(60)] + [500.0]
     timing = {"times": times, "outliers": [500.0], "median": 10.03}
-    low, high = html_report_module.rounds_range(timing)
+    low, high = figures.rounds_range(timing)
     assert 9.9 < low < 10.0 and 10.06 < high < 10.1  # the regular rounds fill the axis
-    svg = html_report_module.draw_rounds(timing)
+    svg = figures.draw_rounds(timing)
     assert "outlier above the scale (slowest 500 us)" in svg

@@ -1,6 +1,6 @@
 """The package's layers hold: every import of a golden_tasks module, parsed from the source (lazy imports inside
-functions included), goes to its own layer or one below it in golden_tasks.LAYERS, and the package's top holds
-only its entry points."""
+functions included), goes to its own layer or one below it in golden_tasks.LAYERS, the package's top holds
+only its entry points, and no module is over 450 lines."""
 import ast
 from pathlib import Path
 
@@ -64,3 +64,8 @@ def test_the_check_finds_an_upward_import(tmp_path, monkeypatch):
             module_name(bad))
     finally:
         bad.unlink()
+
+
+def test_no_module_is_over_450_lines():
+    longest = max(PACKAGE.rglob("*.py"), key=lambda p: len(p.read_text().splitlines()))
+    assert len(longest.read_text().splitlines()) <= 450, longest

@@ -15,7 +15,7 @@ from golden_tasks.forms import ranks
 from golden_tasks.forms.isolate import Ended, Outcome
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.model.outputs import InputsMeta, Outputs
-from golden_tasks.stages.bench import imbalance, rank_stats
+from golden_tasks.stages import imbalance, rank_stats
 from kernels import collectives, decode_attention
 from tests.project import Project
 from tests.test_hostile import assert_nothing_left

@@ -80,7 +80,8 @@ class KernelFacts:
 
 def facts_of(path: str, owner: str) -> str:
     """What planning needs of the kernel at `path`, as KernelFacts' JSON: runs in the confined probe."""
-    from ..project.fingerprint import Fingerprinter, parts  # noqa: PLC0415 -- imports torch
+    from ..project.fingerprint import Fingerprinter  # noqa: PLC0415 -- imports torch
+    from ..project.fingerprint_parts import parts  # noqa: PLC0415 -- as above
 
     form = load(path, owner)
     fingerprinter = Fingerprinter()

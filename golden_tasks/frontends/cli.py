@@ -22,9 +22,9 @@ from ..model.hashing import digest_file
 from ..pipeline import graph
 from ..planning.library import planned_library, run_variables, unknown_variables
 from ..project import config
-from ..project.fingerprint import changed_parts
+from ..project.fingerprint_parts import changed_parts
 from ..project.layout import LayoutError, layout
-from ..reports.html_report import drawn_from
+from ..reports.figures import drawn_from
 from ..reports.runs_compare import DRIFT, FAIL_ON, BadRecord, compare
 from ..storage.store import CorruptObject, Store, object_problem
 from .scaffold import InitRefused, init

@@ -21,7 +21,7 @@ from ..model.records import BadRecord, Manifest
 from ..model.specs import placement_of
 from ..planning.discover import plan_in_subprocess
 from ..project.config import DEFAULT_PROFILE
-from ..project.fingerprint import changed_parts
+from ..project.fingerprint_parts import changed_parts
 from ..project.layout import LayoutError, layout
 from ..project.toolchain import toolchain
 from . import graph

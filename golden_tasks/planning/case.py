@@ -17,7 +17,8 @@ from ..model.hashing import canonical_json, digest_file
 from ..model.plan import SOURCE_FIELDS, BenchSettings, Plan
 from ..model.specs import ScalarSpec, TensorSpec, placement_of, signature_of
 from ..project import config
-from ..project.fingerprint import Fingerprinter, changed_parts, parts
+from ..project.fingerprint import Fingerprinter
+from ..project.fingerprint_parts import changed_parts, parts
 from ..project.observe import listed
 from .data import describe
 

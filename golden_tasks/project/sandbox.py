@@ -25,7 +25,7 @@ What is defended, and how:
   multiprocessing connection is fetched by the receiver, outside, from a listener of the sender's.
 - The ranks of a pool, which meet over TCP, share one network namespace of their own (PoolNetwork:
   a loopback up, nothing else), held by a small process that made it, and connect(2) there; they
-  cannot make a unix socket at all (socket(AF_UNIX) fails; socketpairs work), so no listener of the
+  cannot make a unix socket at all (socket(linux.AF_UNIX) fails; socketpairs work), so no listener of the
   host's is reachable by its name, and the rendezvous listens on a socket made inside the namespace.
 - Other processes: Landlock forbids ptrace-class access to processes outside the domain, so another
   process's /proc/<pid>/environ, mem, maps, fd/, cwd, root are EACCES; and (ABI >= 6) signals to
@@ -71,71 +71,9 @@ import sys
 import warnings
 from pathlib import Path
 
+from . import linux
+
 MIN_ABI = 3  # the first to handle truncation: below it a file outside `writable` could be emptied
-
-# include/uapi/linux/landlock.h; the syscall numbers are the same on every architecture (since 5.1)
-SYS_landlock_create_ruleset = 444
-SYS_landlock_add_rule = 445
-SYS_landlock_restrict_self = 446
-LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
-LANDLOCK_RULE_PATH_BENEATH = 1
-LANDLOCK_ACCESS_FS_EXECUTE = 1 << 0
-LANDLOCK_ACCESS_FS_WRITE_FILE = 1 << 1
-LANDLOCK_ACCESS_FS_READ_FILE = 1 << 2
-LANDLOCK_ACCESS_FS_READ_DIR = 1 << 3
-LANDLOCK_ACCESS_FS_REMOVE_DIR = 1 << 4
-LANDLOCK_ACCESS_FS_REMOVE_FILE = 1 << 5
-LANDLOCK_ACCESS_FS_MAKE_CHAR = 1 << 6
-LANDLOCK_ACCESS_FS_MAKE_DIR = 1 << 7
-LANDLOCK_ACCESS_FS_MAKE_REG = 1 << 8
-LANDLOCK_ACCESS_FS_MAKE_SOCK = 1 << 9
-LANDLOCK_ACCESS_FS_MAKE_FIFO = 1 << 10
-LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
-LANDLOCK_ACCESS_FS_MAKE_SYM = 1 << 12
-LANDLOCK_ACCESS_FS_REFER = 1 << 13  # ABI 2
-LANDLOCK_ACCESS_FS_TRUNCATE = 1 << 14  # ABI 3
-LANDLOCK_ACCESS_FS_IOCTL_DEV = 1 << 15  # ABI 5
-LANDLOCK_ACCESS_NET_BIND_TCP = 1 << 0  # ABI 4
-LANDLOCK_ACCESS_NET_CONNECT_TCP = 1 << 1  # ABI 4
-LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
-LANDLOCK_SCOPE_SIGNAL = 1 << 1  # ABI 6
-
-# include/uapi/linux/{sched,mount,prctl,capability,seccomp,filter,bpf_common}.h
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
-PR_SET_SECCOMP = 22
-PR_SET_NO_NEW_PRIVS = 38
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
-SECCOMP_MODE_FILTER = 2
-SECCOMP_RET_ALLOW = 0x7FFF0000
-SECCOMP_RET_ERRNO = 0x00050000
-BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_AND_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x54, 0x06
-AF_UNIX, SOCK_DGRAM, SOCK_TYPE_MASK = 1, 2, 0xF
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1  # include/uapi/linux/{sockios,if}.h
-__X32_SYSCALL_BIT = 0x40000000
-__NR_io_uring_setup = 425  # the same everywhere
-# AUDIT_ARCH_* and __NR_socket, __NR_socketpair, __NR_connect of the architectures known here
-_ARCHES = {"x86_64": (0xC000003E, 41, 53, 42), "aarch64": (0xC00000B7, 198, 199, 203)}
-
-# the filesystem rights by the ABI that brought them; later ones are not handled (so not denied) until added here
-_FS_RIGHTS = {1: LANDLOCK_ACCESS_FS_MAKE_SYM * 2 - 1, 2: LANDLOCK_ACCESS_FS_REFER, 3: LANDLOCK_ACCESS_FS_TRUNCATE,
-              5: LANDLOCK_ACCESS_FS_IOCTL_DEV}
-FILE_READ = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_EXECUTE
-DIR_READ = FILE_READ | LANDLOCK_ACCESS_FS_READ_DIR
-FILE_RIGHTS = FILE_READ | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_TRUNCATE | LANDLOCK_ACCESS_FS_IOCTL_DEV
-DEVICE = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_IOCTL_DEV
-
-_LINUX = sys.platform.startswith("linux")
-if _LINUX:  # elsewhere support() says why not, and nothing calls libc
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _libc.syscall.restype = ctypes.c_long
-    _libc.unshare.argtypes = [ctypes.c_int]
-    _libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
-    _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-
 
 GPU_GAPS = ("a kernel that runs on the GPU is confined without Landlock, which stops the CUDA driver: the "
             "store and runs/ are covered by empty mounts, but the rest of what the user may read or write "
@@ -146,32 +84,6 @@ class SandboxError(Exception):
     """A confinement step failed; the process may be partly confined and must exit, not run the code."""
 
 
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1  # __attribute__((packed)): 12 bytes
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-class _CapUserHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapUserData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
-
-
 def _fail(step: str, err: int | None = None) -> SandboxError:
     err = ctypes.get_errno() if err is None else err
     return SandboxError(f"{step}: {errno.errorcode.get(err, err)} ({os.strerror(err)})")
@@ -179,22 +91,22 @@ def _fail(step: str, err: int | None = None) -> SandboxError:
 
 def _syscall(number: int, *args: int) -> int:
     """syscall(2) with every argument (a struct as its address) a full register, not ctypes' 32-bit int."""
-    return _libc.syscall(*(ctypes.c_long(a) for a in (number, *args)))
+    return linux.libc.syscall(*(ctypes.c_long(a) for a in (number, *args)))
 
 
 def _abi() -> int:
     """The running Landlock ABI, or -errno (ENOSYS: not built in; EOPNOTSUPP: not enabled at boot)."""
-    if not _LINUX:
+    if not linux.LINUX:
         return -errno.ENOSYS
-    abi = _syscall(SYS_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    abi = _syscall(linux.SYS_landlock_create_ruleset, 0, 0, linux.LANDLOCK_CREATE_RULESET_VERSION)
     return abi if abi >= 0 else -ctypes.get_errno()
 
 
 def _unsupported(abi: int) -> str | None:
-    if not _LINUX:
+    if not linux.LINUX:
         return f"confinement needs Linux (Landlock, namespaces, seccomp); this is {sys.platform}"
-    if platform.machine() not in _ARCHES:
-        return f"the seccomp filter knows the system calls of {' and '.join(_ARCHES)}, not of {platform.machine()}"
+    if platform.machine() not in linux.ARCHES:
+        return f"the seccomp filter knows the system calls of {' and '.join(linux.ARCHES)}, not of {platform.machine()}"
     if abi == -errno.ENOSYS:
         return "Landlock is not available (kernel without CONFIG_SECURITY_LANDLOCK)"
     if abi == -errno.EOPNOTSUPP:
@@ -255,13 +167,13 @@ def _map_ids(uid: int, gid: int) -> None:
 def _join(holder: int) -> None:
     """Enter the user and network namespaces of process `holder` (hold_pool_network): the network namespace
     belongs to that user namespace, where this process, made by the same user, has the right to join."""
-    for kind, flag in (("user", CLONE_NEWUSER), ("net", CLONE_NEWNET)):
+    for kind, flag in (("user", linux.CLONE_NEWUSER), ("net", linux.CLONE_NEWNET)):
         try:
             fd = os.open(f"/proc/{holder}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise _fail(f"opening the pool's {kind} namespace (process {holder})", exc.errno) from None
         try:
-            if _libc.setns(fd, flag) != 0:
+            if linux.libc.setns(fd, flag) != 0:
                 raise _fail(f"setns (joining the pool's {kind} namespace)")
         finally:
             os.close(fd)
@@ -275,24 +187,25 @@ def _enter_namespaces(pool: int | None, hidden=()) -> None:
     if pool is not None:
         _join(pool)
     alone = pool is None
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | (CLONE_NEWNET if alone else 0)) != 0:
-        raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNS" + (" | CLONE_NEWNET)" if alone else ")"))
+    if linux.libc.unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNS | (linux.CLONE_NEWNET if alone else 0)) != 0:
+        raise _fail("unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNS" + (" | linux.CLONE_NEWNET)" if alone else ")"))
     _map_ids(uid, gid)
-    if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:  # no mount propagates out, or in
+    if linux.libc.mount(None, b"/", None, linux.MS_REC | linux.MS_PRIVATE, None) != 0:  # no mount propagates out, or in
         raise _fail("making the mounts private")
-    if os.path.isdir("/dev/shm") and _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV,
+    if os.path.isdir("/dev/shm") and linux.libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", linux.MS_NOSUID | linux.MS_NODEV,
                                                    b"mode=1777") != 0:
         raise _fail("mounting a private tmpfs on /dev/shm")
     for folder in hidden:
-        if os.path.isdir(folder) and _libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs",
-                                                 MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k") != 0:
+        read_only = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
+        if os.path.isdir(folder) and linux.libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs", read_only,
+                                                      b"size=4k") != 0:
             raise _fail(f"covering {folder}")
 
 
 def _drop_capabilities() -> None:
     """Effective, permitted and inheritable sets emptied (the ambient set follows)."""
-    header, data = _CapUserHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapUserData * 2)()
-    if _libc.capset(ctypes.byref(header), data) != 0:
+    header, data = linux.CapUserHeader(linux.LINUX_CAPABILITY_VERSION_3, 0), (linux.CapUserData * 2)()
+    if linux.libc.capset(ctypes.byref(header), data) != 0:
         raise _fail("capset (dropping capabilities)")
 
 
@@ -313,35 +226,36 @@ def _forbid_dialing(pool: bool, unix: bool) -> None:
     """seccomp: EPERM for io_uring (which connects past seccomp) and any call of a foreign ABI (i386 on
     x86_64, x32); for connect(2) but in a pool (`pool`: its own network namespace); and, unless `unix`
     (NCCL's ranks need them), for datagram unix sockets (sendto an address), and in a pool for any
-    socket(AF_UNIX) (alone, a stream one cannot connect, and listens to pass a tensor on)."""
-    arch, nr_socket, nr_socketpair, nr_connect = _ARCHES[platform.machine()]
+    socket(linux.AF_UNIX) (alone, a stream one cannot connect, and listens to pass a tensor on)."""
+    arch, nr_socket, nr_socketpair, nr_connect = linux.ARCHES[platform.machine()]
     domain, kind = ("ld", 16, "next", "next"), ("ld", 24, "next", "next")  # args[0], args[1]: their low halves
     program = [("ld", 4, "next", "next"), ("jeq", arch, "next", "deny"),  # seccomp_data.arch
-               ("ld", 0, "next", "next"), ("jge", __X32_SYSCALL_BIT, "deny", "next"),  # seccomp_data.nr
+               ("ld", 0, "next", "next"), ("jge", linux.__X32_SYSCALL_BIT, "deny", "next"),  # seccomp_data.nr
                *([] if pool else [("jeq", nr_connect, "deny", "next")]),
-               ("jeq", __NR_io_uring_setup, "deny", "next")]
+               ("jeq", linux.__NR_io_uring_setup, "deny", "next")]
     if not unix:
         program += [("jeq", nr_socket, "socket", "next"), ("jeq", nr_socketpair, "pair", "allow"),
-                    ("label", "socket"), domain, ("jeq", AF_UNIX, "deny" if pool else "type", "allow"),
-                    ("label", "pair"), domain, ("jeq", AF_UNIX, "type", "allow"),
-                    ("label", "type"), kind, ("and", SOCK_TYPE_MASK, "next", "next"),  # less CLOEXEC, NONBLOCK
-                    ("jeq", SOCK_DGRAM, "deny", "allow")]
-    program += [("label", "allow"), ("ret", SECCOMP_RET_ALLOW, "next", "next"),
-                ("label", "deny"), ("ret", SECCOMP_RET_ERRNO | errno.EPERM, "next", "next")]
-    codes = {"ld": BPF_LD_W_ABS, "jeq": BPF_JEQ_K, "jge": BPF_JGE_K, "and": BPF_AND_K, "ret": BPF_RET_K}
+                    ("label", "socket"), domain, ("jeq", linux.AF_UNIX, "deny" if pool else "type", "allow"),
+                    ("label", "pair"), domain, ("jeq", linux.AF_UNIX, "type", "allow"),
+                    ("label", "type"), kind, ("and", linux.SOCK_TYPE_MASK, "next", "next"),  # less CLOEXEC, NONBLOCK
+                    ("jeq", linux.SOCK_DGRAM, "deny", "allow")]
+    program += [("label", "allow"), ("ret", linux.SECCOMP_RET_ALLOW, "next", "next"),
+                ("label", "deny"), ("ret", linux.SECCOMP_RET_ERRNO | errno.EPERM, "next", "next")]
+    codes = {"ld": linux.BPF_LD_W_ABS, "jeq": linux.BPF_JEQ_K, "jge": linux.BPF_JGE_K, "and": linux.BPF_AND_K,
+             "ret": linux.BPF_RET_K}
     steps = _assemble([step if step[0] == "label" else (codes[step[0]], *step[1:]) for step in program])
-    filters = (_SockFilter * len(steps))(*(_SockFilter(code, jt, jf, k) for code, jt, jf, k in steps))
-    fprog = _SockFprog(len(steps), filters)
-    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
-        raise _fail("prctl(PR_SET_SECCOMP)")
+    filters = (linux.SockFilter * len(steps))(*(linux.SockFilter(code, jt, jf, k) for code, jt, jf, k in steps))
+    fprog = linux.SockFprog(len(steps), filters)
+    if linux.libc.prctl(linux.PR_SET_SECCOMP, linux.SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        raise _fail("prctl(linux.PR_SET_SECCOMP)")
 
 
 def _leave_host(pool: int | None, hidden, unix: bool) -> None:
     """Namespaces (_enter_namespaces), no capabilities, no_new_privs and the seccomp filter (_forbid_dialing)."""
     _enter_namespaces(pool, hidden)
     _drop_capabilities()
-    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
+    if linux.libc.prctl(linux.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _fail("prctl(linux.PR_SET_NO_NEW_PRIVS)")
     _forbid_dialing(pool is not None, unix)
 
 
@@ -356,11 +270,12 @@ def _add_rule(ruleset: int, path: Path, rights: int, handled: int) -> None:
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISCHR(mode):
-            rights = DEVICE
+            rights = linux.DEVICE
         elif not stat.S_ISDIR(mode):  # the kernel refuses directory rights on a file
-            rights &= FILE_RIGHTS
-        attr = _PathBeneathAttr(rights & handled, fd)
-        if _syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.addressof(attr), 0) != 0:
+            rights &= linux.FILE_RIGHTS
+        attr = linux.PathBeneathAttr(rights & handled, fd)
+        rule = linux.LANDLOCK_RULE_PATH_BENEATH
+        if _syscall(linux.SYS_landlock_add_rule, ruleset, rule, ctypes.addressof(attr), 0) != 0:
             raise _fail(f"landlock_add_rule({path})")
     finally:
         os.close(fd)
@@ -390,32 +305,33 @@ def confine(writable: Path, readable: list[Path], pool: int | None = None, lista
         raise SandboxError(problem)
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
-        raise SandboxError(f"the process has {threads} threads: Landlock and unshare(CLONE_NEWUSER) act on "
+        raise SandboxError(f"the process has {threads} threads: Landlock and unshare(linux.CLONE_NEWUSER) act on "
                            "the calling thread alone, so only a single-threaded process (just forked) can be confined")
     if not os.path.isdir(writable):
         raise SandboxError(f"the writable directory {writable} is not a directory")
     if not landlock:
         _leave_host(pool, hidden, unix=pool is not None)
         return
-    handled = sum(rights for since, rights in _FS_RIGHTS.items() if abi >= since)
-    attr = _RulesetAttr(handled, 0, 0)
+    handled = sum(rights for since, rights in linux.FS_RIGHTS.items() if abi >= since)
+    attr = linux.RulesetAttr(handled, 0, 0)
     if abi >= 4 and pool is None:  # a pool's namespace is the pool's alone: it binds and connects there
-        attr.handled_access_net = LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP  # no rule: none
+        # no rule: none
+        attr.handled_access_net = linux.LANDLOCK_ACCESS_NET_BIND_TCP | linux.LANDLOCK_ACCESS_NET_CONNECT_TCP
     if abi >= 6:
-        attr.scoped = LANDLOCK_SCOPE_SIGNAL | LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+        attr.scoped = linux.LANDLOCK_SCOPE_SIGNAL | linux.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
     size = 8 if abi < 4 else 16 if abi < 6 else 24  # an older kernel refuses fields it does not know
-    ruleset = _syscall(SYS_landlock_create_ruleset, ctypes.addressof(attr), size, 0)
+    ruleset = _syscall(linux.SYS_landlock_create_ruleset, ctypes.addressof(attr), size, 0)
     if ruleset < 0:
         raise _fail("landlock_create_ruleset")
     try:  # the rules first: until unshare() a failure leaves the process as it was
         for path in readable:
-            _add_rule(ruleset, Path(path), DIR_READ, handled)
+            _add_rule(ruleset, Path(path), linux.DIR_READ, handled)
         for path in listable:
-            _add_rule(ruleset, Path(path), LANDLOCK_ACCESS_FS_READ_DIR, handled)
+            _add_rule(ruleset, Path(path), linux.FsAccess.READ_DIR, handled)
         _add_rule(ruleset, Path(writable), handled, handled)
         _leave_host(pool, hidden, unix=False)
         _add_rule(ruleset, Path("/dev/shm"), handled, handled)  # the private tmpfs just mounted
-        if _syscall(SYS_landlock_restrict_self, ruleset, 0) != 0:
+        if _syscall(linux.SYS_landlock_restrict_self, ruleset, 0) != 0:
             raise _fail("landlock_restrict_self")
     finally:
         os.close(ruleset)
@@ -448,12 +364,13 @@ def hold_pool_network(answer: socket.socket) -> None:
     `answer` (PoolNetwork.received) and wait until the other end closes. A failure is sent instead."""
     try:
         uid, gid = os.geteuid(), os.getegid()
-        if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
-            raise _fail("unshare(CLONE_NEWUSER | CLONE_NEWNET)")
+        if linux.libc.unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNET) != 0:
+            raise _fail("unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNET)")
         _map_ids(uid, gid)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as control:  # struct ifreq: a name, its flags
-            flags = struct.unpack_from("16sH", fcntl.ioctl(control, SIOCGIFFLAGS, struct.pack("16s24x", b"lo")))[1]
-            fcntl.ioctl(control, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+            asked = fcntl.ioctl(control, linux.SIOCGIFFLAGS, struct.pack("16s24x", b"lo"))
+            flags = struct.unpack_from("16sH", asked)[1]
+            fcntl.ioctl(control, linux.SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | linux.IFF_UP))
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", 0))
             socket.send_fds(answer, [b"ok"], [listener.fileno()])

@@ -105,6 +105,41 @@ def summary(times: list, stopped: str, warmup: int) -> dict:
             "rounds": len(times), "warmup": warmup, "stopped": stopped, "times": list(times)}
 
 
+# A rank is persistently slower when it is the slowest in this share of at least this many rounds and
+# its median exceeds the fastest rank's by this factor (noise alone rarely does all three).
+IMBALANCE_SHARE, IMBALANCE_ROUNDS, IMBALANCE_RATIO = 0.75, 10, 1.10
+
+
+def rank_stats(per_rank: list, placed: list) -> dict:
+    """The timing of the rounds (the slowest rank's time in each) and, for several ranks, each
+    rank's own timing, how many rounds it was the slowest in and the tensors it placed, and a
+    load imbalance (or None). `per_rank`: time_kernel's answer of each rank."""
+    first = per_rank[0]
+    rounds = [max(times) for times in zip(*(r["times"] for r in per_rank))]
+    where = {k: v for k, v in first.items() if k not in ("times", "stopped", "warmup", "left_running", "sampled",
+                                                                 "harness")}
+    stats = {**summary(rounds, first["stopped"], first["warmup"]), **where}
+    if len(per_rank) == 1:
+        return stats
+    slowest = [max(range(len(per_rank)), key=lambda r: times[r]) for times in zip(*(r["times"] for r in per_rank))]
+    stats["ranks"] = [{**summary(r["times"], r["stopped"], r["warmup"]), "slowest_rounds": slowest.count(i),
+                       "placed": placed[i]} for i, r in enumerate(per_rank)]
+    stats["imbalance"] = imbalance(stats["ranks"])
+    return stats
+
+
+def imbalance(ranks_stats: list) -> str:
+    """Why the ranks look imbalanced (one is persistently the slowest), or None."""
+    medians = [r["median"] for r in ranks_stats]
+    worst = max(range(len(ranks_stats)), key=lambda r: ranks_stats[r]["slowest_rounds"])
+    share = ranks_stats[worst]["slowest_rounds"] / ranks_stats[worst]["rounds"]
+    ratio = medians[worst] / max(min(medians), 1e-9)
+    if share >= IMBALANCE_SHARE and ranks_stats[worst]["rounds"] >= IMBALANCE_ROUNDS and ratio >= IMBALANCE_RATIO:
+        return (f"rank {worst} was the slowest in {share:.0%} of the rounds; "
+                f"its median is {ratio:.2f}x the fastest rank's")
+    return None
+
+
 def measure(call, rule: BenchSettings, before=None) -> dict:
     """The summary of timing `call` as `rule` says (adaptive_rounds)."""
     return summary(*adaptive_rounds(call, rule, before))

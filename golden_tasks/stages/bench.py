@@ -42,7 +42,7 @@ import torch
 from ..forms import isolate, ranks
 from ..model.outputs import POLICY_FILE, BenchMeta, Stats
 from ..storage.tensors import same_bits
-from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, load_checked, summary
+from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, load_checked, rank_stats
 from .inputs2 import unseen_sets
 from .validate import blank
 
@@ -57,10 +57,6 @@ MARK_WAIT_S = 10.0  # how long a rank waits for the caller to read its CPU time 
 NOOP_ROUNDS = 20  # rounds of the no-op call that measure the harness's own steps (CPU time, in the rank)
 _thread_time = time.thread_time  # bound before any kernel is loaded
 PROCESS_ROUNDS = 64  # timed rounds after each of which processes the kernel left running are looked for
-
-# A rank is persistently slower when it is the slowest in this share of at least this many rounds and
-# its median exceeds the fastest rank's by this factor (noise alone rarely does all three).
-IMBALANCE_SHARE, IMBALANCE_ROUNDS, IMBALANCE_RATIO = 0.75, 10, 1.10
 
 
 class _Fresh:
@@ -236,36 +232,6 @@ def time_kernel(kernel, args: list, rank, rule: BenchSettings, table: list, devi
     harness = (_thread_time() - used) / NOOP_ROUNDS
     return {"times": times, "stopped": stopped, "warmup": warmed, "left_running": watch.found, "harness": harness,
             "sampled": reservoir.rounds, "cpu": cpu, **_device(device)}
-
-
-def rank_stats(per_rank: list, placed: list) -> dict:
-    """The timing of the rounds (the slowest rank's time in each) and, for several ranks, each
-    rank's own timing, how many rounds it was the slowest in and the tensors it placed, and a
-    load imbalance (or None). `per_rank`: time_kernel's answer of each rank."""
-    first = per_rank[0]
-    rounds = [max(times) for times in zip(*(r["times"] for r in per_rank))]
-    where = {k: v for k, v in first.items() if k not in ("times", "stopped", "warmup", "left_running", "sampled",
-                                                                 "harness")}
-    stats = {**summary(rounds, first["stopped"], first["warmup"]), **where}
-    if len(per_rank) == 1:
-        return stats
-    slowest = [max(range(len(per_rank)), key=lambda r: times[r]) for times in zip(*(r["times"] for r in per_rank))]
-    stats["ranks"] = [{**summary(r["times"], r["stopped"], r["warmup"]), "slowest_rounds": slowest.count(i),
-                       "placed": placed[i]} for i, r in enumerate(per_rank)]
-    stats["imbalance"] = imbalance(stats["ranks"])
-    return stats
-
-
-def imbalance(ranks_stats: list) -> str:
-    """Why the ranks look imbalanced (one is persistently the slowest), or None."""
-    medians = [r["median"] for r in ranks_stats]
-    worst = max(range(len(ranks_stats)), key=lambda r: ranks_stats[r]["slowest_rounds"])
-    share = ranks_stats[worst]["slowest_rounds"] / ranks_stats[worst]["rounds"]
-    ratio = medians[worst] / max(min(medians), 1e-9)
-    if share >= IMBALANCE_SHARE and ranks_stats[worst]["rounds"] >= IMBALANCE_ROUNDS and ratio >= IMBALANCE_RATIO:
-        return (f"rank {worst} was the slowest in {share:.0%} of the rounds; "
-                f"its median is {ratio:.2f}x the fastest rank's")
-    return None
 
 
 def judge_again(policy: bytes, checks: dict, case: str, placement: dict, blank: list) -> list:
