@@ -287,3 +287,15 @@ def _ignores_sigint(pid: int) -> bool:
 
 def _parent_and_sigint() -> tuple:
     return os.getppid(), _ignores_sigint(os.getpid())
+
+
+def test_an_isolated_call_runs_under_a_deep_temporary_folder(tmp_path):
+    """The forkserver's unix socket would lie below $TMPDIR, whose path can be too long for one (107 bytes):
+    a call still runs, and leaves nothing of ours behind."""
+    deep = tmp_path / ("deep" * 20)
+    deep.mkdir()
+    code = "from golden_tasks.forms import isolate; print(isolate.call(abs, (-3,), 60.0, 'a probe'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TMPDIR": str(deep)})
+    assert done.returncode == 0 and done.stdout.strip().endswith("3"), done.stderr[-2000:]
+    assert [p.name for p in deep.iterdir() if not p.name.startswith("torchinductor_")] == []  # torch's cache

@@ -25,6 +25,7 @@ import io
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
 import pathlib
 import pickle
@@ -205,11 +206,23 @@ def _start(child) -> None:
             _live_lock.wait_for(lambda: not _live)
             multiprocessing.forkserver._forkserver._stop()  # private, but the only way to restart it
         _server_environ = dict(os.environ)
+        _short_socket_folder()
         with _main_not_reimported():
             with reaper.sigint_ignored():  # only while the server's process starts, not while it imports
                 multiprocessing.forkserver.ensure_running()
             child.start()
         _live.add(child.pid)
+
+
+def _short_socket_folder() -> None:
+    """multiprocessing makes the forkserver's unix socket in a folder of its own in the temporary folder,
+    and a socket's path must fit in 107 bytes: under a deep $TMPDIR (76 characters are enough) starting
+    it failed with "AF_UNIX path too long". Its folder is then a short one (reaper.make_temp), removed
+    as multiprocessing removes its own, when the process ends."""
+    settings = multiprocessing.current_process()._config  # private: where multiprocessing keeps its temp dir
+    if "tempdir" not in settings and len(tempfile.gettempdir()) > reaper.SHORT_TEMP:
+        folder = settings["tempdir"] = reaper.make_temp("gt-mp-")
+        multiprocessing.util.Finalize(None, reaper.remove_temp, args=(folder,), exitpriority=-100)
 
 
 def _sweep(forkserver: int) -> None:

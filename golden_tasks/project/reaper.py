@@ -71,13 +71,14 @@ def python_module(module: str, *args: str, **options) -> subprocess.CompletedPro
 # Temporary folders of this process (make_temp) that a signal ending it removes: their owners' `finally`
 # blocks do not run then, since the process exits at once (unwinding a doit worker deadlocks on its queue).
 _folders = set()
+SHORT_TEMP = 48  # a temporary folder's path up to this long leaves room for a unix socket's below it
 
 
 def make_temp(prefix: str) -> str:
     """A new temporary folder, in /tmp when the temporary folder's path is long (a unix socket's path
     inside it must fit in 107 bytes); its owner removes it with remove_temp, and a signal that ends this
     process first removes it too (own_tree_until_parent_dies)."""
-    short = len(tempfile.gettempdir()) <= 48 or not os.path.isdir("/tmp")
+    short = len(tempfile.gettempdir()) <= SHORT_TEMP or not os.path.isdir("/tmp")
     path = tempfile.mkdtemp(prefix=prefix, dir=None if short else "/tmp")
     _folders.add(path)
     return path
