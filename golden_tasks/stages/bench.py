@@ -17,10 +17,9 @@ from another call, or writing its outputs after it returned, fails.
 
 What its clock cannot hide. Each rank tells the caller when its timed loop starts and ends, and the
 caller reads, from the system, how much CPU time the rank's main thread used in between, while the rank
-waits for it (the kernel can only make that span longer). Its median round times the rounds must come to
-at least WALL_SHARE of it, less the harness's own steps between rounds, measured by the same loop around
-a call that does nothing: a patched clock, rewritten round times (also when the rounds left real are made
-long, by a sleep or a busy machine's pause) or work moved into the untimed steps fail. So does a
+waits for it (the kernel can only make that span longer). The rounds must add up to at least WALL_SHARE
+of it, less the harness's own steps between rounds, measured by the same loop around a call that does
+nothing: a patched clock, rewritten round times or work moved into the untimed steps fail. So does a
 Python thread or a process the kernel starts during a timed call and leaves running when it returns
 (work done after the call is not timed).
 
@@ -317,24 +316,23 @@ class _Witness:
 
 def clock_check(per_rank: list, witness: _Witness) -> tuple:
     """(rank 0's figures: its rounds' sum, the CPU time its main thread used over them and the harness's
-    steps' share of it, in ms; why the rounds of a rank cannot be what its clock says, or None). A round
-    lasts at least the work its thread does in it, and the median round is the figure reported: the
-    median times the number of rounds must be at least WALL_SHARE of that CPU time, less HARNESS_FACTOR
-    times the harness's steps (measured around a no-op call) and WALL_SLACK_S. (A sum would let rewritten
-    round times pass whenever the rounds left real are long: a sleep, or a busy machine's pause.)"""
+    steps' share of it, in ms; why the rounds of a rank cannot be what its clock says, or None). The
+    rounds must add up to at least WALL_SHARE of that CPU time less HARNESS_FACTOR times the harness's
+    steps (measured around a no-op call) and WALL_SLACK_S."""
     figures, why = None, None
     for r, result in enumerate(per_rank):
-        used, times = witness.span(r, "start", "end"), result["times"]
+        used = witness.span(r, "start", "end")
         if used is None:
             return figures, f"rank {r} did not report its timed loop to the caller"
-        steps, median = result["harness"] * len(times), statistics.median(times) / 1e6
+        steps = result["harness"] * len(result["times"])
+        total = sum(result["times"]) / 1e6
         if figures is None:
-            figures = {"rounds_ms": sum(times) / 1e3, "cpu_ms": used * 1e3, "harness_ms": steps * 1e3}
-        if why is None and median * len(times) < WALL_SHARE * (used - HARNESS_FACTOR * steps) - WALL_SLACK_S:
-            why = (f"its median round{ranks.on_rank(r, len(per_rank))} is {median * 1e6:.3g} us, but its process "
-                   f"worked {used * 1e3:.3g} ms over its {len(times)} rounds by the system's account, "
-                   f"{steps * 1e3:.3g} ms of it the harness's own steps between rounds: the time was not measured "
-                   "on the work (a patched clock, rewritten round times, or work moved between the rounds)")
+            figures = {"rounds_ms": total * 1e3, "cpu_ms": used * 1e3, "harness_ms": steps * 1e3}
+        if why is None and total < WALL_SHARE * (used - HARNESS_FACTOR * steps) - WALL_SLACK_S:
+            why = (f"its rounds{ranks.on_rank(r, len(per_rank))} add up to {total * 1e3:.3g} ms, but its process "
+                   f"worked {used * 1e3:.3g} ms over them by the system's account, {steps * 1e3:.3g} ms of it the "
+                   "harness's own steps between rounds: the time was not measured on the work (a patched "
+                   "clock, rewritten round times, or work moved between the rounds)")
     return figures, why
 
 
