@@ -249,9 +249,6 @@ class RunRecord(JsonRecord):
         except BadRecord as exc:
             raise BadRecord(f"{path}: {exc}") from None
 
-    def row(self, case: str) -> CaseRow | None:
-        return next((row for row in self.cases if row.case == case), None)
-
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 2  # 2: the second input set (data/in2, data/golden2)
