@@ -34,10 +34,28 @@ def test_threads_share_the_cores(monkeypatch):
 
 
 def test_locations_follow_the_environment(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(config.CACHE_ENV, str(tmp_path / "c"))
-    assert config.cache_root() == tmp_path / "c"
+    monkeypatch.setenv(config.RUNS_ENV, str(tmp_path / "r"))
+    assert (config.Project.at().cache, config.Project.at().runs) == (tmp_path / "c", tmp_path / "r")
     monkeypatch.delenv(config.CACHE_ENV)
-    assert config.cache_root(tmp_path) == tmp_path / "cache"
+    monkeypatch.delenv(config.RUNS_ENV)
+    assert (config.Project.at(tmp_path).cache, config.Project.at().runs) == (tmp_path / "cache", tmp_path / "runs")
+
+
+def test_a_project_is_built_once_and_what_is_given_wins(monkeypatch, tmp_path):
+    for name in (config.CACHE_ENV, config.RUNS_ENV, config.READONLY_ENV, config.OVERLAY_ENV):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "pyproject.toml").write_text('[tool.golden-tasks]\ncache = "store"\nruns = "out"\n')
+    project = config.Project.at(tmp_path)
+    assert config.Project.at(str(tmp_path / ".")) is project and project.store is project.store
+    assert (project.cache, project.runs, project.store.root) == (tmp_path / "store", tmp_path / "out", tmp_path / "store")
+    monkeypatch.setenv(config.CACHE_ENV, str(tmp_path / "env"))
+    assert config.Project.at(tmp_path).cache == tmp_path / "env"  # the environment over the table
+    given = config.Project.at(tmp_path, cache=tmp_path / "mine", runs=tmp_path / "reports")
+    assert (given.cache, given.runs) == (tmp_path / "mine", tmp_path / "reports")
+    monkeypatch.setenv(config.READONLY_ENV, "1")
+    assert config.Project.at(tmp_path).store.readonly and not project.store.readonly
 
 
 def test_profile_follows_the_environment_and_the_doit_variable(monkeypatch):

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from golden_tasks.forms import isolate
-from golden_tasks.project import sandbox
+from golden_tasks.project import config, sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.support() is not None, reason=f"no confinement: {sandbox.support()}")
 
@@ -164,6 +164,20 @@ def test_the_runs_journal_folder_is_withheld(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     monkeypatch.setenv("GOLDEN_TASKS_JOURNAL", str(tmp_path / "run" / "journal.jsonl"))
     assert str(tmp_path / "run") in isolate.confinement((), gpu=True).hidden
+
+
+def test_every_store_this_process_opened_is_withheld(tmp_path, monkeypatch):
+    """A store given to golden_tasks.run (cache_dir=) inside the user's source folder is kept from the
+    kernel as the project's own is: covered for a GPU process, and left out of the folders a CPU one reads.
+    The control: the folder's other files stay readable."""
+    source, store = tmp_path / "src", tmp_path / "src" / "given-store"
+    store.mkdir(parents=True)
+    (source / "mine.py").write_text("")
+    monkeypatch.setattr(isolate.origin, "user_folders", lambda: [str(source)])
+    config.Project.at(tmp_path, cache=store).store  # noqa: B018 -- opened, as run() opens it
+    assert str(store) in isolate.confinement((), gpu=True).hidden
+    readable = isolate.confinement(()).readable
+    assert str(store) not in readable and str(source / "mine.py") in readable
 
 
 def test_a_pools_ranks_meet_in_their_own_network_and_reach_no_other(tmp_path):

@@ -121,7 +121,7 @@ def confinement(files, pool: int = None, writable: str = None, gpu: bool = False
         if mode == "required":
             raise StageFailed(f"sandbox=required, but this machine cannot confine the kernel's process: {reason}")
         return None
-    withheld, listed = {config.cache_root(), config.runs_root()}, []
+    withheld, listed = config.Project.answer_folders(), []
     if journal := os.environ.get(_JOURNAL):  # the run's journal, in a folder of its own
         withheld.add(Path(journal).parent)
     sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]

@@ -23,7 +23,7 @@ from ..pipeline import graph
 from ..planning.library import planned_library, run_variables, unknown_variables
 from ..project import config
 from ..project.fingerprint_parts import changed_parts
-from ..project.layout import LayoutError, layout
+from ..project.layout import LayoutError
 from ..reports.figures import drawn_from
 from ..reports.runs_compare import DRIFT, FAIL_ON, BadRecord, compare
 from ..storage.store import CorruptObject, Store, object_problem
@@ -210,8 +210,7 @@ def explain(project: Path, store: Store, target: str, variables=()) -> str:
         raise SystemExit(f"expected STAGE:CASE with STAGE one of {', '.join(graph.BY_NAME)}, got {target!r}")
     plans = _plans(project, store, variables)
     if case not in plans:
-        folders = ", ".join(layout(project).relative(f) for f in layout(project).kernels)
-        raise SystemExit(f"no case {case!r} in the kernel folders of {project} ({folders})")
+        raise SystemExit(config.Project.at(project).layout.no_case(case))
     plan, stage = plans[case], graph.BY_NAME[stage_name]
     if plan.error:
         return f"{target}: the case cannot be planned: {plan.error}"
@@ -350,7 +349,7 @@ def main(argv=None) -> int:
 
         return rank_main(args.project, args.case)
     try:
-        store = config.open_store(args.project, args.cache)
+        store = config.Project.at(args.project, cache=args.cache).store
     except LayoutError as exc:
         print(f"golden-tasks: {exc}", file=sys.stderr)
         return 2

@@ -14,7 +14,6 @@ from ..model.records import MANIFEST
 from ..model.verdicts import StageState
 from ..pipeline import graph, runtime
 from ..planning.library import CONTEXT
-from ..project import config
 from .doit_session import PLAN, VERIFY, Session
 
 
@@ -107,7 +106,7 @@ class RuntimeCurrent(UpToDate):
 
     def stale(self) -> str | None:
         lib = self.session.library
-        plan, case_dir = lib.plans[self.case], config.runs_root(self.session.root) / self.case
+        plan, case_dir = lib.plans[self.case], self.session.project.runs / self.case
         if plan.fresh:
             return f"fresh=1: {case_dir} is written again with the new timings"
         if runtime.is_current(plan, lib.store, case_dir, dict(self.session.hits.get(self.case, {}))):

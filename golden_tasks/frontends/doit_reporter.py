@@ -142,7 +142,7 @@ class SummaryReporter(ConsoleReporter):
                        "--continue runs the rest)\n")
         self.outstream.flush()  # the table first: the page takes a few seconds to draw
         session.draw(lambda line: (self.write(line + "\n"), self.outstream.flush()))
-        runs = config.runs_root(session.root)
+        runs = session.project.runs
         self.write(f"report: {runs / 'report.json'} (also report.xml{', report.html' * config.draws_html()})\n")
         if any(r.stages.get("compile") == StageState.RAN for r in rows) and config.sandbox() == "auto" \
                 and (reason := sandbox.support()):

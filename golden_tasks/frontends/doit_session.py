@@ -130,6 +130,11 @@ class Session:
                 usage_error(str(exc))
         return self._library
 
+    @property
+    def project(self) -> config.Project:
+        """The project the library was planned from: its layout, store and runs folders."""
+        return self.library.project
+
     def start(self) -> None:
         """In the doit parent of a run, before workers fork: the journal, and what happens at its end."""
         # in a folder of its own, which a kernel's process is kept out of (isolate.confinement)
@@ -173,7 +178,7 @@ class Session:
                 errors.setdefault(case, {})[stage] = line["message"]
             if line["max_abs"] is not None:
                 failed_max_abs[case] = line["max_abs"]
-        runs = config.runs_root(lib.root)
+        runs = lib.project.runs
         rows = [summary.case_row(lib.plans[c], states.get(c, {}), errors.get(c, {}), lib.store,
                                 dict(self.hits.get(c, {})), failed_max_abs.get(c)) for c in cases]
         lib.store.record_use({(stage, key) for row in rows for stage, key in row.keys.items() if key})
@@ -195,7 +200,7 @@ class Session:
             return
         self.drawn = True
         if not config.draws_html():  # a page from an earlier run would pass for this one's
-            (config.runs_root(self.root) / "report.html").unlink(missing_ok=True)
+            (self.project.runs / "report.html").unlink(missing_ok=True)
             return
         if failed := report.write_html(self.root, say):
             sys.stderr.write(f"golden-tasks: runs/report.html was not written: {failed}\n")

@@ -28,7 +28,7 @@ def _plain_interrupt(kind, value, tb, previous=sys.excepthook):
         # it later (Python may run the handler only after doit stopped waiting for them), and this exit
         # would then wait for ever for a worker that waits for its next task (multiprocessing joins them).
         reaper.kill(reaper.children(os.getpid()), signal.SIGTERM)
-    report_json = session and config.runs_root(session.root) / "report.json"
+    report_json = session and session.journal_path and session.project.runs / "report.json"
     kept = f"; {report_json} is still the last complete run's" if report_json and report_json.exists() else ""
     sys.stderr.write(f"\ngolden-tasks: interrupted{kept}\n")
 
@@ -107,8 +107,7 @@ def _run_stage(stage: str, case: str):
 def _materialize(case: str):
     session = doit_session.current
     try:
-        runtime.materialize(session.library.plans[case], session.library.store,
-                            config.runs_root(session.root) / case)
+        runtime.materialize(session.library.plans[case], session.library.store, session.project.runs / case)
     except (OSError, RuntimeError) as exc:
         return _outcome(f"runtime:{case}", f"cannot write the runtime dir: {exc}")
     return _outcome(f"runtime:{case}")
@@ -118,8 +117,8 @@ def _replay(case: str):
     from ..pipeline import replay  # noqa: PLC0415 -- imports torch: only when a replay runs
 
     _ready_to_run(torch_stage=True)  # it calls the kernel, as bench does
-    root = doit_session.current.root
-    return replay.main(config.runs_root(root) / case, root) == 0
+    session = doit_session.current
+    return replay.main(session.project.runs / case, session.root) == 0
 
 
 def _plan_action(case: str, error: str):

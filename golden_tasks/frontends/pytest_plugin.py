@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from ..model.verdicts import Verdict
-from ..project.layout import LayoutError, layout
+from ..project.config import Project
+from ..project.layout import LayoutError
 
 
 class CaseFailed(Exception):
@@ -31,16 +32,16 @@ def _library(root: Path):
 
 def pytest_configure(config):
     try:
-        layout(config.rootpath)
+        Project.at(config.rootpath)  # reads the layout: a malformed table is an error before collection
     except LayoutError as exc:  # a usage error: one line, no traceback
         raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_collect_file(file_path: Path, parent):
     root = parent.config.rootpath
-    if file_path.suffix != ".py" or not layout(root).configured:
+    if file_path.suffix != ".py" or not Project.at(root).layout.configured:
         return None
-    for module in layout(root).modules():
+    for module in Project.at(root).layout.modules():
         if module.path == file_path.resolve():
             return KernelModule.from_parent(parent, path=file_path, module=module.name)
     return None
@@ -64,12 +65,11 @@ class CaseItem(pytest.Item):
 
     def runtest(self):
         from ..pipeline.runner import verify  # noqa: PLC0415 -- imports torch
-        from ..project import config  # noqa: PLC0415
 
         root = self.config.rootpath
         library = _library(root)
         plan = library.plans[self.name]
-        row, _ = verify(plan, library.store, config.runs_root(root) / self.name)
+        row, _ = verify(plan, library.store, library.project.runs / self.name)
         if row.status == Verdict.SKIPPED:  # reported at the case's module, not at this line
             raise pytest.skip.Exception(row.skipped, _use_item_location=True)
         if row.status != Verdict.PASS:

@@ -92,7 +92,7 @@ class Run:
     def line(self) -> str:
         """What the run found, in one line."""
         when = time.strftime("%H:%M:%S", time.localtime(self.started))
-        record = _record(config.runs_root(self.root) / "report.json")
+        record = _record(config.Project.at(self.root).runs / "report.json")
         if not record or (record.started or 0) < self.started:  # it stopped before verifying anything
             self.output.seek(0)
             said = [line for line in self.output.read().decode(errors="replace").splitlines() if line.strip()]

@@ -33,7 +33,6 @@ from ..model.verdicts import Verdict
 from ..planning.case import live_case
 from ..planning.library import Library
 from ..project import config
-from ..project.layout import layout
 from ..stages import load_checked
 from ..stages.dispatch import call_kernel
 from ..stages.validate import blank, judge
@@ -88,8 +87,7 @@ def verify(root: Path, case_name: str) -> tuple[int, str]:
     library = Library(root, lambda name, default: default)
     plan = library.plans.get(case_name)
     if plan is None:
-        folders = ", ".join(layout(root).relative(f) for f in layout(root).kernels)
-        raise LaunchError(f"no case {case_name!r} in the kernel folders of {root} ({folders})")
+        raise LaunchError(library.project.layout.no_case(case_name))
     if plan.error:
         return 1, f"{case_name}: {RankVerdict(Verdict.FAIL, plan.error)}"
     if plan.ranks != world:

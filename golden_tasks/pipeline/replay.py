@@ -20,9 +20,9 @@ from ..model.plan import REPLAY_MEANING, from_json
 from ..model.records import BadRecord, Manifest
 from ..model.specs import placement_of
 from ..planning.discover import plan_in_subprocess
-from ..project.config import DEFAULT_PROFILE
+from ..project.config import DEFAULT_PROFILE, Project
 from ..project.fingerprint_parts import changed_parts
-from ..project.layout import LayoutError, layout
+from ..project.layout import LayoutError
 from ..project.toolchain import toolchain
 from . import graph
 from .runtime import saved_outputs, saved_plan
@@ -73,7 +73,7 @@ def _unchecked(manifest: Manifest, project: Path) -> str | None:
     if not manifest.module:
         return "the case was not defined in a kernel module (golden_tasks.run): it has no source to compare"
     try:
-        kernels = layout(project).kernels
+        kernels = Project.at(project).layout.kernels
     except LayoutError as exc:
         return str(exc)
     if not any(folder.is_dir() for folder in kernels):
@@ -84,7 +84,7 @@ def _unchecked(manifest: Manifest, project: Path) -> str | None:
 def staleness(path: Path, manifest: Manifest, project: Path) -> list:
     """What differs between the saved run and the case's current source, with what it means."""
     found = [f"toolchain changed: {m}" for m in toolchain_mismatches(manifest)]
-    if manifest.module not in {m.name for m in layout(project).modules()}:
+    if manifest.module not in {m.name for m in Project.at(project).layout.modules()}:
         return found + [f"the case cannot be found in the current source ({manifest.module} is not a module "
                         "of the project's kernel folders): the saved data is all that is left of it"]
     try:  # planned under the saved run's profile (dirs written before profiles existed: the default)

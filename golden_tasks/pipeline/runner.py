@@ -105,8 +105,8 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
     if unknown:
         raise TypeError(f"run() got unknown options {', '.join(unknown)}; it takes {', '.join(run_options)}")
     case_name = name or (fn.partition(":")[2] if isinstance(fn, str) else fn.name)
-    store = config.open_store(cache_dir=cache_dir)
-    work_dir = (Path(runs_dir).resolve() if runs_dir else config.runs_root()) / case_name
+    project = config.Project.at(cache=cache_dir, runs=runs_dir)
+    store, work_dir = project.store, project.runs / case_name
     case = None
     try:
         case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, **options).resolved()

@@ -18,7 +18,6 @@ from ..model.hashing import digest_bytes
 from ..model.origin import library_dirs
 from ..model.plan import FailedPlan, from_json
 from ..project import config, reaper
-from ..project.layout import layout
 from ..project.observe import Observer, changed
 from ..project.toolchain import pipeline_version, toolchain
 from ..storage.store import Store
@@ -61,7 +60,7 @@ def observed(root: Path, store: Store, modules: list) -> tuple[set, set]:
 def load_plans(root: Path, store: Store) -> list:
     """Every case's Plan under the active profile, in module order; a module that fails yields one FailedPlan."""
     manifests, stale, memo = {}, [], {}  # memo: states shared by the modules' records
-    modules = [m.name for m in layout(root).modules()]
+    modules = [m.name for m in config.Project.at(root).layout.modules()]
     for module in modules:
         manifest = store.read_json(_manifest_path(root, module))
         if manifest and _fresh(manifest, memo):
@@ -105,7 +104,7 @@ def plan_modules(root: Path, modules: list) -> dict:
     from ..model.origin import described, is_user_module  # noqa: PLC0415
     from .case import module_cases, plan_of  # noqa: PLC0415
 
-    project = layout(root)
+    project = config.Project.at(root).layout
     project.importable()
     result, profile = {}, config.profile()
     with Observer() as observer:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from ..model.plan import VARIABLES, FailedPlan, Plan
 from ..project import config
-from ..project.layout import layout
 from .discover import load_plans
 
 
@@ -20,7 +19,7 @@ def run_variables(root: Path, get: Callable) -> dict:
     is a ValueError naming it, whether or not any case exists. `get(name, default)` reads one;
     `profile=NAME` and `ranks=N` are exported to the environment (see apply_context). The project's
     layout gives the profile and backend a run does not (below $GOLDEN_TASKS_PROFILE too)."""
-    project = layout(root)
+    project = config.Project.at(root).layout
     if project.profile:
         os.environ.setdefault(config.PROFILE_ENV, project.profile)
     apply_context(get)
@@ -78,10 +77,10 @@ class Library:
     """The planned kernel library of one project checkout, with its store."""
 
     def __init__(self, root: Path, get: Callable):
-        self.root = root
-        layout(root).importable()  # the kernel modules import by name here and in every process started after
+        self.root, self.project = root, config.Project.at(root)
+        self.project.layout.importable()  # the kernel modules import by name here and in every process started after
         values = run_variables(root, get)
-        self.store = config.open_store(root)
+        self.store = self.project.store
         self.plans = planned_library(root, self.store, values)
 
     def ok(self) -> list:

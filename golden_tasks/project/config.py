@@ -1,6 +1,8 @@
 """Where things live, overridable by environment variables."""
 import atexit
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import re
@@ -10,7 +12,7 @@ import warnings
 from pathlib import Path
 
 from ..storage.store import Store
-from .layout import layout
+from .layout import Layout, layout
 
 CACHE_ENV = "GOLDEN_TASKS_CACHE"
 RUNS_ENV = "GOLDEN_TASKS_RUNS"
@@ -74,15 +76,6 @@ def quiet_third_party_warnings() -> None:
     for message, category in THIRD_PARTY_WARNINGS:
         warnings.filterwarnings("ignore", re.escape(message), category)
     quiet_third_party_logs()
-
-
-def cache_root(project: Path = None) -> Path:
-    """The content-addressed store: $GOLDEN_TASKS_CACHE, else the project's `cache` (layout), else
-    <project>/cache."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).resolve()
-    project = Path(project or Path.cwd())
-    return layout(project).cache or (project / "cache").resolve()
 
 
 def profile(known=None) -> str:
@@ -150,29 +143,60 @@ def draws_html() -> bool:
     return _switch(HTML_ENV, default=True)
 
 
-def open_store(project: Path = None, cache_dir=None) -> Store:
-    """The store at `cache_dir` (else cache_root(project)).
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """A project checkout as this process sees it: its layout, the folders of its store and its runs, and
+    the store there (opened on first use). `Project.at` builds one per root, overrides and environment, once
+    per process; every part of a run that needs one of the three asks it."""
+    layout: Layout
+    cache: Path
+    runs: Path
 
-    With GOLDEN_TASKS_CACHE_READONLY=1 nothing is written there: results this
-    run computes go to a scratch overlay, shared with forked workers through
-    GOLDEN_TASKS_OVERLAY and removed when the process that made it exits.
-    """
-    root = Path(cache_dir).resolve() if cache_dir else cache_root(project)
-    if not readonly():
-        return Store(root)
-    if not os.environ.get(OVERLAY_ENV):
-        overlay = tempfile.mkdtemp(prefix="golden-tasks-overlay-")
-        os.environ[OVERLAY_ENV] = overlay
-        atexit.register(shutil.rmtree, overlay, True)
-    return Store(root, readonly=True, overlay=os.environ[OVERLAY_ENV])
+    @property
+    def root(self) -> Path:
+        return self.layout.root
+
+    @functools.cached_property
+    def store(self) -> Store:
+        """The store at `cache`. With GOLDEN_TASKS_CACHE_READONLY=1 nothing is written there: results this
+        run computes go to a scratch overlay, shared with forked workers through GOLDEN_TASKS_OVERLAY and
+        removed when the process that made it exits."""
+        if not readonly():
+            return Store(self.cache)
+        if not os.environ.get(OVERLAY_ENV):
+            overlay = tempfile.mkdtemp(prefix="golden-tasks-overlay-")
+            os.environ[OVERLAY_ENV] = overlay
+            atexit.register(shutil.rmtree, overlay, True)
+        return Store(self.cache, readonly=True, overlay=os.environ[OVERLAY_ENV])
+
+    @classmethod
+    def at(cls, root: Path = None, cache: Path = None, runs: Path = None) -> "Project":
+        """The project at `root` (default: the current directory), its layout read from root/pyproject.toml
+        (a LayoutError names what is wrong there). Its store is `cache` if given, else $GOLDEN_TASKS_CACHE,
+        else the layout's `cache`, else root/cache; its runs likewise `runs`, $GOLDEN_TASKS_RUNS, the
+        layout's `runs`, root/runs."""
+        root = Path(root or Path.cwd()).resolve()
+        key = (root, cache and Path(cache).resolve(), runs and Path(runs).resolve(), os.environ.get(CACHE_ENV),
+               os.environ.get(RUNS_ENV), readonly())
+        if (found := _built.get(key)) is None:
+            declared = layout(root)
+            found = _built[key] = cls(declared, _folder(key[1], CACHE_ENV, declared.cache, root / "cache"),
+                                      _folder(key[2], RUNS_ENV, declared.runs, root / "runs"))
+        return found
+
+    @staticmethod
+    def answer_folders() -> set:
+        """The store and runs folders of every project this process has built, and of the one in the
+        current directory: where the answers are, which a kernel must not read."""
+        return {folder for project in (*_built.values(), Project.at()) for folder in (project.cache, project.runs)}
 
 
-def runs_root(project: Path = None) -> Path:
-    """Per-run reports: $GOLDEN_TASKS_RUNS, else the project's `runs` (layout), else <project>/runs."""
-    if os.environ.get(RUNS_ENV):
-        return Path(os.environ[RUNS_ENV]).resolve()
-    project = Path(project or Path.cwd())
-    return layout(project).runs or (project / "runs").resolve()
+_built = {}  # Project.at's projects, by what they were built from
+
+
+def _folder(given: Path, env: str, declared: Path, default: Path) -> Path:
+    """The first of: a folder given to Project.at, $env, the layout's, the default (all resolved)."""
+    return given or Path(os.environ.get(env) or declared or default).resolve()
 
 
 def apply_threads() -> int:

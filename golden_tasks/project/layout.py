@@ -73,6 +73,11 @@ class Layout:
             if str(root) not in sys.path:
                 sys.path.insert(0, str(root))
 
+    def no_case(self, case: str) -> str:
+        """The message for a case name that no kernel module defines."""
+        folders = ", ".join(self.relative(f) for f in self.kernels)
+        return f"no case {case!r} in the kernel folders of {self.root} ({folders})"
+
     def relative(self, path: Path) -> str:
         """`path` as the user knows it: relative to the project root where it lies inside it."""
         try:

@@ -2,7 +2,7 @@
 
     python -m golden_tasks.html_report [--project DIR] [NAME=VALUE ...]
 
-reads the run record (RUNS/report.json; RUNS is config.runs_root(project)) and the project's store, and
+reads the run record (RUNS/report.json, in the project's runs folder: config.Project) and its store, and
 writes the page atomically. NAME=VALUE are the run's doit variables (backend=eager, profile=NAME, ...), used only
 for a row without content keys, whose entries are then looked up under the library's current plans.
 
@@ -33,7 +33,6 @@ from ..pipeline import graph
 from ..pipeline.summary import first_line
 from ..planning.library import planned_library, run_variables
 from ..project import config
-from ..project.layout import layout
 from ..storage.store import atomic_write
 from .figures import Plot, Sources, case_plots, drawing_code, plot_key, remember_plots, remembered_plots
 
@@ -213,7 +212,7 @@ def read_record(path: Path) -> RunRecord:
 
 def write_page(project: Path, plots_of) -> Path:
     """RUNS/report.html from RUNS/report.json; raises ValueError naming a bad record."""
-    runs = config.runs_root(project)
+    runs = config.Project.at(project).runs
     page = render(read_record(runs / "report.json"), plots_of).encode()
     atomic_write(runs / "report.html", lambda f: f.write(page))
     return runs / "report.html"
@@ -223,7 +222,7 @@ def write_page_if_drawn(project: Path) -> bool:
     """Write the page here, without plotting, when every case's figures are in the cache (a run that changed
     nothing a figure shows): whether it did. Cheap enough for the doit parent: no torch, no matplotlib. A page
     of the same content (page_key) is the old page with the run's time in it: nothing is read or drawn again."""
-    store, runs = config.open_store(project), config.runs_root(project)
+    store, runs = (found := config.Project.at(project)).store, found.runs
     try:
         record = read_record(runs / "report.json")
     except ValueError:
@@ -249,9 +248,10 @@ def _page(path: Path, key: str) -> bytes:
 
 
 def _sources(project: Path, variables: list) -> Sources:
-    store = config.open_store(project)
+    found = config.Project.at(project)
+    store = found.store
     try:
-        layout(project).importable()
+        found.layout.importable()
         pairs = dict(v.split("=", 1) for v in variables)
         return Sources(store, planned_library(project, store, run_variables(project, pairs.get)))
     except (ValueError, RuntimeError) as exc:  # a bad variable; planning itself failed
@@ -270,11 +270,11 @@ def main(argv=None) -> int:
     if bad:
         parser.error(f"{bad[0]!r} is not NAME=VALUE")
     try:
-        record = read_record(config.runs_root(project) / "report.json")
+        record = read_record(config.Project.at(project).runs / "report.json")
     except ValueError as exc:
         print(f"golden-tasks html report: {exc}", file=sys.stderr)
         return 2
-    store = config.open_store(project)
+    store = config.Project.at(project).store
     plots = {row.case: remembered_plots(store, row) for row in record.cases}
     undrawn = [row for row in record.cases if plots[row.case] is None]
     drawers = min(len(undrawn), max(1, int(os.environ.get(config.WORKERS_ENV) or 1)), os.cpu_count() or 1)
