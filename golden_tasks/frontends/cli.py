@@ -13,6 +13,7 @@ import argparse
 import functools
 import json
 import math
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -20,10 +21,12 @@ from pathlib import Path
 
 from ..model.hashing import digest_file
 from ..pipeline import graph
+from ..pipeline.cluster import start_node
 from ..planning.library import planned_library, run_variables, unknown_variables
 from ..project import config
 from ..project.fingerprint_parts import changed_parts
 from ..project.layout import LayoutError
+from ..project.toolchain import node_class
 from ..reports.figures import drawn_from
 from ..reports.runs_compare import DRIFT, FAIL_ON, BadRecord, compare
 from ..storage.store import CorruptObject, Store, object_problem
@@ -301,6 +304,9 @@ def main(argv=None) -> int:
     watch_p = command("watch", help="verify again on every save of a file the cases depend on (Ctrl-C stops)")
     watch_p.add_argument("selection", nargs="*", metavar="verify:CASE | NAME=VALUE",
                          help="the cases to watch (default: every case) and doit variables for their runs")
+    node_p = command("node", help="start this machine as a Ray node of its class, for executor=ray: `ray start "
+                                  "ARGS` with the class's resource added (docs/cluster.md)")
+    node_p.add_argument("ray_args", nargs=argparse.REMAINDER, metavar="ARGS", help="ray start's: --head, --address ...")
     explain_p = command("explain", help="why STAGE:CASE is (not) up to date")
     explain_p.add_argument("target", metavar="STAGE:CASE")
     compare_p = command("compare", help="compare two run records (runs/report.json): status changes and "
@@ -340,6 +346,14 @@ def main(argv=None) -> int:
         return 0
     if args.command == "watch":
         return _watch(args.project, args.selection)
+    if args.command == "node":
+        try:
+            started = start_node(args.ray_args)
+        except ValueError as exc:
+            print(f"golden-tasks node: {exc}", file=sys.stderr)
+            return 2
+        print(f"node class {node_class()} (this machine's toolchain and hardware)", flush=True)
+        return subprocess.call(started)
     if args.command == "replay":
         from ..pipeline.replay import main as replay_main  # noqa: PLC0415 -- imports torch
 

@@ -5,6 +5,7 @@ from doit.reporter import ConsoleReporter
 
 from ..model.records import RunRecord
 from ..model.verdicts import StageState, Verdict
+from ..pipeline import cluster
 from ..project import config, sandbox
 from ..reports import report
 from . import doit_session
@@ -144,6 +145,10 @@ class SummaryReporter(ConsoleReporter):
         session.draw(lambda line: (self.write(line + "\n"), self.outstream.flush()))
         runs = session.project.runs
         self.write(f"report: {runs / 'report.json'} (also report.xml{', report.html' * config.draws_html()})\n")
+        if config.executor() == "ray":
+            ray = cluster.cluster(session.root)
+            self.write(f"ray: {ray.submitted} task{'s' * (ray.submitted != 1)} submitted to {ray.address}\n"
+                       if ray.address else "ray: nothing to run, so no connection to a cluster\n")
         if any(r.stages.get("compile") == StageState.RAN for r in rows) and config.sandbox() == "auto" \
                 and (reason := sandbox.support()):
             self.write(f"note: kernels ran unconfined: {reason} (docs/threat-model.md)\n")

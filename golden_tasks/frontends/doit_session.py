@@ -37,7 +37,7 @@ from doit.doit_cmd import DoitMain
 from ..model.errors import VerificationFailure
 from ..model.records import RunRecord
 from ..model.verdicts import StageState, Verdict
-from ..pipeline import summary
+from ..pipeline import cluster, summary
 from ..planning.library import Library
 from ..project import config
 from ..project.toolchain import machine, toolchain
@@ -218,6 +218,8 @@ class Session:
 
     def _interrupt(self, signum, frame):
         self.interrupted = True
+        if config.executor() == "ray":  # doit's threads wait on their tasks: cancelled, they end
+            cluster.cluster(self.root).cancel()
         raise KeyboardInterrupt
 
 

@@ -44,13 +44,14 @@ import signal
 import traceback
 from pathlib import Path
 
+from doit import get_var
 from doit.cmd_base import NamespaceTaskLoader
 from doit.exceptions import TaskFailed
 
 from ..model.errors import StalePlan, VerificationFailure
 from ..model.plan import VARIABLES
 from ..model.verdicts import StageState
-from ..pipeline import graph, runtime
+from ..pipeline import cluster, graph, runtime
 from ..pipeline.summary import first_line
 from ..planning.discover import forget
 from ..planning.library import CONTEXT, unknown_variables
@@ -93,8 +94,9 @@ def _run_stage(stage: str, case: str):
     session = doit_session.current
     plan, store, task = session.library.plans[case], session.library.store, f"{stage}:{case}"
     try:
-        _ready_to_run(graph.BY_NAME[stage].torch)
-        graph.execute(graph.BY_NAME[stage], plan, store)
+        producer = cluster.producer(session.root)
+        _ready_to_run(graph.BY_NAME[stage].torch and producer is graph.produce_here)  # a Ray driver needs no torch
+        graph.execute(graph.BY_NAME[stage], plan, store, producer=producer)
     except StalePlan as exc:
         forget(session.root, store, plan.module)
         return _outcome(task, str(exc))
@@ -156,6 +158,8 @@ VARIABLE_HELP = {
     "ranks": f"world size of every multi-rank case (${config.RANKS_ENV}; default: each case's own)",
     "sandbox": f"auto (default), required (refuse to run a kernel this machine cannot confine) or off "
                f"(${config.SANDBOX_ENV})",
+    "executor": "local (default) or ray: run each stage that must run as a task on a Ray cluster (docs/cluster.md)",
+    "ray_address": f"the Ray cluster executor=ray submits to (${config.RAY_ADDRESS_ENV}; none: a local one)",
 }
 
 
@@ -178,6 +182,8 @@ def tasks_for(root: Path, variables=()) -> dict:
     # Workers fork after this: tell them how many share the cores (the profile: see Library).
     os.environ.setdefault(config.WORKERS_ENV, str(line.workers))
     session = doit_session.current = Session(Path(root).resolve(), line)
+    if (get_var("executor", None) or os.environ.get(config.EXECUTOR_ENV)) == "ray":
+        DOIT_CONFIG["par_type"] = "thread"  # one process is the Ray driver: doit's -n workers are its threads
     if line.command == "run":
         session.start()
     elif line.command == "help" and line.tasks:

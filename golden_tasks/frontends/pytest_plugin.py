@@ -64,12 +64,13 @@ class CaseItem(pytest.Item):
     """One kernel case, verified through the graph and the project's cache."""
 
     def runtest(self):
+        from ..pipeline import cluster  # noqa: PLC0415
         from ..pipeline.runner import verify  # noqa: PLC0415 -- imports torch
 
         root = self.config.rootpath
         library = _library(root)
         plan = library.plans[self.name]
-        row, _ = verify(plan, library.store, library.project.runs / self.name)
+        row, _ = verify(plan, library.store, library.project.runs / self.name, producer=cluster.producer(root))
         if row.status == Verdict.SKIPPED:  # reported at the case's module, not at this line
             raise pytest.skip.Exception(row.skipped, _use_item_location=True)
         if row.status != Verdict.PASS:

@@ -46,6 +46,7 @@ class CompileMeta(Meta):
     backend: str = None
     module: str = None  # where the artifact's class lives (forms.Artifact.restore)
     table: list = dataclasses.field(default_factory=list)  # the parameter table the artifact embeds
+    device: str = "cpu"  # where the artifact's tensors live: "cuda" asks an executor for a GPU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Stats:
     seconds: float = None  # the stage's own run (set by the graph)
     golden_us: dict = None  # golden_bench: the golden function's timing
     kernel_us: dict = None  # bench: the kernel's timing
+    node: dict = None  # the machine that ran the stage (toolchain.hardware; set by the graph)
 
     @classmethod
     def of(cls, entry) -> "Stats":

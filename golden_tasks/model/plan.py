@@ -181,6 +181,9 @@ class Plan:
     # planning context, as the profile is: a case's specs may follow it, see Case)
     ranks: int = _field("case", ("abi", "compile", "dispatch", "bench"), default=1,
                         replay="the world size changed; the saved artifact and placement are for the old one")
+    # custom resources the stages that run the kernel or time it ask a cluster for (Case.resources)
+    resources: dict = _field("case", ("dispatch", "bench", "golden_bench"), default={},
+                             replay="the case now asks for other hardware (resources)")
     options: dict = _field("run", ("compile",), variable=Variable(("options",), _options), default={})
     golden: str = _field("case", _RUNNING_GOLDEN, replay="the saved golden may no longer be the intended reference")
     policy: str = _field("case", ("validate",),

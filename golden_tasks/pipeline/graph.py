@@ -37,7 +37,7 @@ from ..model.outputs import (
 )
 from ..model.plan import BenchSettings, Plan, keyed_fields
 from ..project import config, reaper
-from ..project.toolchain import machine, pipeline_version, toolchain, visible_gpus
+from ..project.toolchain import hardware, machine, pipeline_version, toolchain, visible_gpus
 from ..storage.store import CorruptObject, Entry, Store, object_problem
 
 
@@ -226,19 +226,22 @@ def load_outputs(store: Store, entry: Entry):
     return out
 
 
-def execute(stage: Stage, plan: Plan, store: Store, case=None) -> tuple[Entry, bool]:
+def execute(stage: Stage, plan: Plan, store: Store, case=None, producer=None) -> tuple[Entry, bool]:
     """Run the stage unless its key is cached; return (entry, ran).
 
     Upstream stages that are not cached (never run, or dropped as corrupt) are
     run first. `case` is the live case when the caller has it; otherwise it is
     imported (and checked against the plan) only for stages that need it. An
     upstream object found corrupt while loading is dropped and recomputed once.
+    `producer` runs a stage and stores what it made (default: produce_here; an
+    executor's runs it elsewhere); the entry is committed here either way.
     """
+    producer = producer or produce_here
     for attempt in range(2):
         key, upstream = resolve(stage, plan, store)
         if key is None:
             for name in stage.reads:
-                execute(BY_NAME[name], plan, store, case)
+                execute(BY_NAME[name], plan, store, case, producer)
             key, upstream = resolve(stage, plan, store)
         hit = None if remeasured(stage, plan) else store.get(stage.name, key)
         if hit is not None:
@@ -248,22 +251,26 @@ def execute(stage: Stage, plan: Plan, store: Store, case=None) -> tuple[Entry, b
             if hit is not None:
                 return hit, False
             try:
-                return _compute(stage, plan, store, case, key, upstream), True
+                return _commit(stage, plan, store, key, upstream, producer(stage, plan, store, upstream, case)), True
             except CorruptObject as corruption:
                 if attempt:
                     raise
                 store.drop(corruption)  # then recompute it, outside this key's lock
 
 
-def _compute(stage: Stage, plan: Plan, store: Store, case, key: str, upstream: dict) -> Entry:
-    """Run the stage on its upstream outputs and commit its entry under `key`. A stage that runs
-    user code runs in an isolated child (golden_tasks.forms.isolate): a crash, an exit or a hang there
-    fails this stage of this case only. The live case crosses by value; without one the child
-    imports it (and checks it against the plan)."""
+def produce_here(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> tuple:
+    """Run the stage here on its upstream entries' outputs and store the objects it made: ("done", objects,
+    meta, stats), or ("corrupt", entry, object name, problem) for a damaged upstream object. A stage that
+    runs user code runs in an isolated child (golden_tasks.forms.isolate): a crash, an exit or a hang there
+    fails this stage of this case only. The live case crosses by value; without one the child imports it
+    (and checks it against the plan)."""
     if stage.confined:
-        done = _confined(stage, plan, store, upstream, case)
-    else:
-        done = _where_it_runs(stage, plan, run_stage, (stage.name, plan, store, upstream, case))
+        return _confined(stage, plan, store, upstream, case)
+    return _where_it_runs(stage, plan, run_stage, (stage.name, plan, store, upstream, case))
+
+
+def _commit(stage: Stage, plan: Plan, store: Store, key: str, upstream: dict, done: tuple) -> Entry:
+    """Commit what a producer made as the stage's entry under `key`."""
     if done[0] == "corrupt":
         raise CorruptObject(*done[1:])
     _, objects, meta, stats = done
@@ -284,13 +291,13 @@ def _where_it_runs(stage: Stage, plan: Plan, target, args: tuple):
     from ..forms import isolate  # noqa: PLC0415 -- imports torch: only where stages run
 
     *rest, case = args
-    return isolate.call(target, (*rest, case and _by_value(case, plan)), stage.budget(plan),
+    return isolate.call(target, (*rest, case and by_value(case, plan)), stage.budget(plan),
                         f"the {stage.name} stage of {plan.case}")
 
 
 def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> tuple:
     """As run_stage, for a stage that runs the kernel's own code: its upstream outputs are loaded here (a
-    damaged one raises CorruptObject, as _compute would for run_stage's "corrupt"), the stage runs in a
+    damaged one raises CorruptObject, as _commit would for run_stage's "corrupt"), the stage runs in a
     child confined to reading them and the user's sources and writing its work directory
     (isolate.confinement), and what it made is hashed and stored here."""
     from ..forms import isolate  # noqa: PLC0415 -- imports torch: only where stages run
@@ -303,7 +310,7 @@ def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> t
     try:
         given = [p for o in inputs.values() for p in o.files.values()]
         start = time.perf_counter()
-        out = isolate.call(call_stage, (stage.name, plan, inputs, Path(work), case and _by_value(case, plan)),
+        out = isolate.call(call_stage, (stage.name, plan, inputs, Path(work), case and by_value(case, plan)),
                            stage.budget(plan), f"the {stage.name} stage of {plan.case}",
                            isolate.confinement(given, writable=work))
         elapsed = time.perf_counter() - start
@@ -317,7 +324,7 @@ def _stored(store: Store, out, elapsed: float) -> tuple:
     round times in the object SAMPLES_FILE (the stats keep their summary: Stats.split)."""
     objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
     objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
-    stats, samples = dataclasses.replace(out.stats, seconds=elapsed).split()
+    stats, samples = dataclasses.replace(out.stats, seconds=elapsed, node=hardware()).split()
     if samples:
         objects[SAMPLES_FILE] = {**store.put_buffer(json.dumps(samples, sort_keys=True).encode()), "kind": "file"}
     return objects, out.meta.to_json(), stats.to_json()
@@ -349,11 +356,14 @@ def replay(plan: Plan, saved: dict, case, workdir: Path) -> dict:
     return outputs
 
 
-def _by_value(case, plan: Plan) -> bytes:
-    """The live case pickled with its user code, to cross into the isolated child."""
+def by_value(case, plan: Plan) -> bytes:
+    """The live case pickled with its user code, to cross into the isolated child (or to a cluster's node,
+    whose stages get it so: bytes already)."""
     from ..model.errors import SpecError  # noqa: PLC0415
     from ..project.fingerprint import dumps_by_value  # noqa: PLC0415
 
+    if isinstance(case, bytes):
+        return case
     try:
         return dumps_by_value(case)
     except Exception as exc:  # noqa: BLE001 -- an object that no pickler can carry: a lock, an open file

@@ -10,7 +10,7 @@ from ..model.plan import BenchSettings, FailedPlan
 from ..model.records import CaseRow
 from ..model.verdicts import StageState, Verdict
 from ..project import config
-from . import graph, runtime, summary
+from . import cluster, graph, runtime, summary
 
 
 @dataclasses.dataclass
@@ -40,18 +40,20 @@ class RunResult:
 
 
 
-def verify(plan, store, work_dir: Path, case=None) -> tuple[CaseRow, dict]:
+def verify(plan, store, work_dir: Path, case=None, producer=None) -> tuple[CaseRow, dict]:
     """Every stage of `plan` in graph order, each reused from `store` or computed, up to the first that
     fails; the runtime dir `work_dir` written when the case passes; the hits and misses logged.
     Returns (the summary row: summary.case_row, stage -> seconds of the run that made its entry).
-    `case` is the live case when the caller has it (else imported where a stage needs it)."""
+    `case` is the live case when the caller has it (else imported where a stage needs it); `producer`
+    runs the stages that must run (graph.execute; cluster.producer: this run's executor)."""
     states, errors, timings, failed_max_abs = {}, {}, {}, None
     if not plan.error:
-        if any(graph.remeasured(s, plan) or graph.cached(s, plan, store) is None for s in graph.STAGES):
+        if producer in (None, graph.produce_here) and any(graph.remeasured(s, plan) or graph.cached(s, plan, store)
+                                                          is None for s in graph.STAGES):
             config.apply_threads()  # imports torch: not for a case whose every stage is cached
         for stage in graph.STAGES:
             try:
-                entry, ran = graph.execute(stage, plan, store, case)
+                entry, ran = graph.execute(stage, plan, store, case, producer)
             except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
                 detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
                 states[stage.name], errors[stage.name] = StageState.FAILED, f"{exc}{detail}"
@@ -71,7 +73,7 @@ def verify(plan, store, work_dir: Path, case=None) -> tuple[CaseRow, dict]:
     return row, timings
 
 
-def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **options) -> RunResult:
+def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, executor=None, **options) -> RunResult:
     """Verify one kernel through every stage, reusing and filling the cache.
 
     `fn` is a kernel form (a `@golden_tasks.jit` function), or the import path of one in a module
@@ -80,10 +82,14 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, **o
     `options` are Case's, with its defaults: rtol, atol, compare, ignore_nan, seed,
     backend, options, warmup, rounds, min_rounds, max_rounds, rse, budget, flush, timeout,
     inputs_from, golden_from, file_deps, env_deps (relative paths are found from the current directory).
+    `executor`: where the stages that must run run ("local", or "ray": on the Ray cluster at $RAY_ADDRESS,
+    golden_tasks.pipeline.cluster); default $GOLDEN_TASKS_EXECUTOR, else local.
     Setup errors (ABI mismatch, bad specs, compile errors) and validation
     mismatches come back as a failed RunResult with a precise message.
     """
-    with config.third_party_warnings_hidden():  # torch's deprecation chatter, not the user's warnings
+    chosen = {config.EXECUTOR_ENV: executor and config.one_of(executor, config.EXECUTORS, "executor")}
+    # torch's deprecation chatter is not the user's warnings
+    with config.third_party_warnings_hidden(), config.environment(chosen):
         return _run(fn, specs, golden, name, cache_dir, runs_dir, options)
 
 
@@ -113,7 +119,7 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
         plan = plan_of(case, profile=config.profile())[0].for_this_run()
     except VerificationFailure as exc:
         plan = FailedPlan(case_name, None, str(exc), config.profile())
-    row, timings = verify(plan, store, work_dir, case)
+    row, timings = verify(plan, store, work_dir, case, cluster.producer(Path.cwd()))
     bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.error else None
                            for s in ("bench", "golden_bench"))
     return RunResult(

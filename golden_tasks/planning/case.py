@@ -60,6 +60,9 @@ class Case(BenchSettings):
     golden_from: str = None  # a directory with out/<name>.pt for every Out and InOut
     file_deps: tuple = ()
     env_deps: tuple = ()
+    # custom resources of a Ray cluster's nodes (name -> amount) that the stages running the kernel or the
+    # golden ask for: {"H100": 1} times the case on the hardware it is meant for (docs/cluster.md)
+    resources: dict = dataclasses.field(default_factory=dict)
     root: Path = None  # where relative file_deps are found: the module's directory (run(): the cwd)
 
     def resolved(self, module=None, kernel_facts: KernelFacts = None) -> "Case":
@@ -94,6 +97,11 @@ class Case(BenchSettings):
             value = getattr(self, field)
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):
                 raise SpecError(f"case {self.name!r}: {field} must be a list of strings, got {value!r}")
+        if not (isinstance(self.resources, dict) and all(
+                isinstance(k, str) and k and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                for k, v in self.resources.items())):
+            raise SpecError(f"case {self.name!r}: resources must map resource names to amounts > 0, "
+                            f"got {self.resources!r}")
         root = self.root or (Path(module.__file__).parent if module else Path.cwd())
         return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, ranks=ranks,
                                    root=Path(root).resolve(),
@@ -165,7 +173,7 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         case=case.name, module=module, profile=profile, timeout=case.timeout,
         params=case.kernel.params(), signature=[signature_of(s) for s in case.specs], specs=specs, seed=case.seed,
         kernel=fp(case.kernel), backend=case.backend, options=case.options,
-        ranks=case.ranks,
+        ranks=case.ranks, resources=dict(case.resources),
         golden=fp(case.golden) if case.golden is not None else None,
         policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),
         bench=case.bench_settings(), **data, external=external,

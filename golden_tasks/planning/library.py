@@ -30,8 +30,10 @@ def run_variables(root: Path, get: Callable) -> dict:
     return values
 
 
-# Variables that planning itself depends on (a case's specs may follow them), by their variable.
-CONTEXT = {"profile": config.PROFILE_ENV, "ranks": config.RANKS_ENV, "sandbox": config.SANDBOX_ENV}
+# Variables that are not plan fields, exported as their environment variable: what planning itself depends on
+# (a case's specs may follow the profile and the world size), how kernels are confined, where stages run.
+CONTEXT = {"profile": config.PROFILE_ENV, "ranks": config.RANKS_ENV, "sandbox": config.SANDBOX_ENV,
+           "executor": config.EXECUTOR_ENV, "ray_address": config.RAY_ADDRESS_ENV}
 
 
 def unknown_variables(names, own=()) -> str:
@@ -47,14 +49,16 @@ def unknown_variables(names, own=()) -> str:
 
 
 def apply_context(get: Callable) -> None:
-    """Variables profile=NAME and ranks=N: export each as its environment variable (over any set
-    before), for the planning subprocess and the stages, in this process and the workers it
-    forks; absent, the environment is left as it is."""
+    """The CONTEXT variables (profile=NAME, ranks=N, sandbox=, executor=, ray_address=), each checked:
+    export each as its environment variable (over any set before), for the planning subprocess and the
+    stages, in this process and the workers it forks; absent, the environment is left as it is."""
     ranks = get("ranks", None)
     if ranks is not None and not (ranks.isdigit() and int(ranks) >= 1):
         raise ValueError(f"doit variable ranks={ranks!r} is not a world size (an integer >= 1)")
     if (sandbox := get("sandbox", None)) is not None:
-        config.sandbox_mode(sandbox, "doit variable sandbox")
+        config.one_of(sandbox, config.SANDBOX_MODES, "doit variable sandbox")
+    if (executor := get("executor", None)) is not None:
+        config.one_of(executor, config.EXECUTORS, "doit variable executor")
     for name, env in CONTEXT.items():
         if (value := get(name, None)) is not None:
             os.environ[env] = value

@@ -26,6 +26,10 @@ RANKS_ENV = "GOLDEN_TASKS_RANKS"
 SANDBOX_ENV = "GOLDEN_TASKS_SANDBOX"
 SANDBOX_MODES = ("auto", "required", "off")
 HTML_ENV = "GOLDEN_TASKS_HTML"
+EXECUTOR_ENV = "GOLDEN_TASKS_EXECUTOR"
+EXECUTORS = ("local", "ray")
+RAY_ADDRESS_ENV = "RAY_ADDRESS"  # Ray's own
+NODE_STORE_ENV = "GOLDEN_TASKS_NODE_STORE"
 
 # Third-party warnings that say nothing about the user's kernels: torch's own deprecation chatter
 # while it exports and unpickles programs. (start of the message, category); the tests filter the
@@ -63,6 +67,22 @@ def third_party_warnings_hidden():
                 os.environ["PYTHONWARNINGS"] = given
             for name, level in levels.items():
                 logging.getLogger(name).setLevel(level)
+
+
+@contextlib.contextmanager
+def environment(values: dict):
+    """The environment variables in `values` set for the block (a value of None leaves its variable as it
+    is), and restored after it."""
+    given = {name: os.environ.get(name) for name, value in values.items() if value is not None}
+    os.environ.update({name: value for name, value in values.items() if value is not None})
+    try:
+        yield
+    finally:
+        for name, value in given.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def quiet_third_party_warnings() -> None:
@@ -117,14 +137,27 @@ def sandbox() -> str:
     confined (golden_tasks.project.sandbox) where this machine can confine a process and unconfined, said once
     per run, where it cannot; "required" refuses to run a kernel it cannot confine; "off" never confines
     (kernels you trust that must write outside: a trace, a log)."""
-    return sandbox_mode(os.environ.get(SANDBOX_ENV) or "auto")
+    return one_of(os.environ.get(SANDBOX_ENV) or "auto", SANDBOX_MODES, "sandbox")
 
 
-def sandbox_mode(value: str, given_as: str = "sandbox") -> str:
-    """`value` if it is a sandbox mode, else a ValueError naming it as `given_as`."""
-    if value not in SANDBOX_MODES:
-        raise ValueError(f"{given_as}={value!r} is not one of {', '.join(SANDBOX_MODES)}")
+def one_of(value: str, choices: tuple, given_as: str) -> str:
+    """`value` if it is one of `choices`, else a ValueError naming it as `given_as`."""
+    if value not in choices:
+        raise ValueError(f"{given_as}={value!r} is not one of {', '.join(choices)}")
     return value
+
+
+def executor() -> str:
+    """Where the stages that must run run ($GOLDEN_TASKS_EXECUTOR, set by `doit ... executor=ray`): "local"
+    (the default: here, and in doit's workers), or "ray": each as a task on the Ray cluster at $RAY_ADDRESS
+    (golden_tasks.pipeline.cluster)."""
+    return one_of(os.environ.get(EXECUTOR_ENV) or "local", EXECUTORS, "executor")
+
+
+def node_store() -> Path:
+    """Where a cluster node keeps the objects its tasks received and made: $GOLDEN_TASKS_NODE_STORE, else a
+    folder of the temporary folder (one per user, shared by the node's workers)."""
+    return Path(os.environ.get(NODE_STORE_ENV) or Path(tempfile.gettempdir()) / f"golden-tasks-node-{os.getuid()}")
 
 
 def _switch(name: str, default: bool) -> bool:

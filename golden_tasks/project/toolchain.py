@@ -122,13 +122,27 @@ def _gpu_models() -> list:
 def machine() -> dict:
     """The machine a timing was measured on, which enters the keys of the timing stages only: a
     measurement from another machine is never reused (the verdicts are). The visibility mask is
-    read on every call, as toolchain() reads it."""
-    return {**_hardware(), "visible": visible_gpus()}
+    read on every call, as toolchain() reads it. On a cluster (executor=ray) a stage runs on any node
+    of this machine's class (node_class), so its hardware stands for the machine, not its host name."""
+    found = {**hardware(), "visible": visible_gpus()}
+    if config.executor() == "ray":
+        del found["host"]
+    return found
 
 
 @functools.cache
-def _hardware() -> dict:
+def hardware() -> dict:
+    """This machine: its name, CPU model, cores and GPU models."""
     return {"host": platform.node(), "cpu": _cpu_model(), "cores": os.cpu_count(), "gpus": _gpu_models()}
+
+
+def node_class() -> str:
+    """The class of node this machine is, as the name of a Ray custom resource: a digest of its toolchain
+    and its hardware but not its name. On a cluster every stage asks for the driver's class, so it runs only
+    on a node whose toolchain is the one its key holds (nodes join as their class: `golden-tasks node`)."""
+    found = {"toolchain": toolchain(), **hardware()}
+    del found["host"]
+    return "golden_tasks_node_" + digest_json(found)[:16]
 
 
 # What only presents or schedules results: editing it cannot change a stage's output.

@@ -12,5 +12,5 @@ def run(case, plan, workdir, abi):
         artifact = case.kernel.compile([rank_view(s) for s in stamped_specs(case, abi)], options, workdir)
     except CompileError as exc:
         raise StageFailed(f"compile failed for {plan.case}: {exc}") from exc
-    return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend,
-                                                          module=type(artifact).__module__, table=artifact.table))
+    return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module=type(artifact).__module__,
+                                                          table=artifact.table, device=artifact.device))

@@ -1,0 +1,284 @@
+"""Stages on a Ray cluster: with executor=ray (`doit verify executor=ray`, golden_tasks.run(executor="ray"))
+each stage that must run is a Ray task, while the caller still decides what is cached, orders the graph and
+commits every entry.
+
+    graph.execute(..., producer=RayCluster.produce)   in the driver (doit's parent, submitting from threads)
+      -> _connect, once, on the first stage that must run (a run whose stages are all cached never connects):
+         ray.init with the checkout as the job's working_dir, the route the sources take to the nodes
+      -> _options: CPUs, a GPU when the artifact lives on one, the case's resources for the stages that run
+         its kernel or golden, and always the driver's node class (toolchain.node_class); a multi-rank stage
+         a placement group of world-size bundles on one node, all or nothing. A resource no node has fails
+         the case with its name, rather than waiting for ever.
+      -> run_on_node, in a worker: the checkout's kernel sources checked by digest, the upstream objects the
+         node's store lacks fetched from Ray's object store (each checked by digest), graph.produce_here there
+         (user code isolated and confined as on one machine), and what it made sent back by value
+      -> _received: every object re-hashed into the driver's store; graph then commits the entry.
+
+A worker never writes the driver's store. Ray runs a task again elsewhere when its worker or node dies
+(RETRIES); a kernel that crashes is not a dead worker (its isolated child dies, and the task returns the
+failure), so it is never retried into a PASS. Imports ray only when it connects.
+"""
+import atexit
+import functools
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+from ..model.errors import StageFailed, VerificationFailure
+from ..model.hashing import digest_bytes, digest_file
+from ..model.plan import Plan, keyed_fields
+from ..project import config
+from ..project.toolchain import hardware, node_class
+from ..storage.store import CorruptObject, Store, object_problem
+from . import graph
+
+RETRIES = 3  # times Ray runs a task again whose worker or node died
+NODE_CLASS_UNITS = 1000  # of its class's resource a node offers; each task asks for CLASS_SHARE of it
+CLASS_SHARE = 0.001
+PLACEMENT_SECONDS = 120.0  # how long a multi-rank stage waits for its ranks' bundles before it fails
+# never uploaded with the checkout (beside the project's store and runs): gitignore patterns
+EXCLUDED = (".git", ".venv", ".doit.db*", "__pycache__")
+# the driver's variables a worker's stages read
+FORWARDED = (config.PROFILE_ENV, config.RANKS_ENV, config.SANDBOX_ENV, config.EXECUTOR_ENV, "CXX", "PYTHONWARNINGS")
+
+
+def producer(root: Path):
+    """graph.execute's producer for this run's executor (config.executor): graph.produce_here, or the
+    process's RayCluster for the project at `root`."""
+    return graph.produce_here if config.executor() == "local" else cluster(Path(root).resolve()).produce
+
+
+@functools.cache
+def cluster(root: Path) -> "RayCluster":
+    return RayCluster(root)
+
+
+class RayCluster:
+    """The driver's side (see the module). `submitted`: the tasks this process submitted."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.submitted = 0
+        self.address = None  # the cluster's, once connected
+        self._lock = threading.Lock()
+        self._ray = self._remote = self._sources = None
+        self._refs = {}  # object digest -> its ObjectRef: each object crosses once per run
+        self._in_flight = set()
+
+    def produce(self, stage: graph.Stage, plan: Plan, store: Store, upstream: dict, case) -> tuple:
+        """graph.produce_here's contract, on the cluster."""
+        ray = self._connect()
+        options, group = self._options(stage, plan, upstream)
+        try:
+            objects = {r["digest"]: self._put(store, entry, name, r)
+                       for entry in upstream.values() for name, r in entry.objects.items()}
+            by_value = case and graph.by_value(case, plan)
+            # the refs travel inside a list, so that Ray hands them over unresolved: a node fetches only those
+            # its store lacks
+            ref = self._remote.options(**options).remote(stage.name, plan, upstream, [objects],
+                                                         (str(self.root), self._sources), by_value)
+            with self._lock:
+                self.submitted += 1
+                self._in_flight.add(ref)
+            try:
+                outcome = ray.get(ref)
+            except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError,
+                    ray.exceptions.LocalRayletDiedError) as exc:
+                raise StageFailed(f"the {stage.name} stage of {plan.case} was lost on the Ray cluster {RETRIES + 1} "
+                                  f"times (its worker or node died): {type(exc).__name__}") from None
+            except ray.exceptions.TaskCancelledError:
+                raise StageFailed(f"the {stage.name} stage of {plan.case} was cancelled on the Ray cluster") from None
+            finally:
+                with self._lock:
+                    self._in_flight.discard(ref)
+        finally:
+            if group is not None:
+                ray.util.remove_placement_group(group)
+        return _received(stage, store, outcome)
+
+    def cancel(self) -> None:
+        """Cancel every task still in flight, killing the workers that run them (an interrupted run leaves
+        nothing running); the threads waiting on them see a StageFailed."""
+        with self._lock:
+            refs = list(self._in_flight)
+        for ref in refs:
+            self._ray.cancel(ref, force=True)
+
+    def _connect(self):
+        with self._lock:
+            if self._ray is None:
+                import ray  # noqa: PLC0415 -- only a run that submits imports ray
+
+                project = config.Project.at(self.root)
+                self._sources = sources(project)
+                inside = [f"/{p.relative_to(self.root)}" for p in (project.cache, project.runs)
+                          if p.is_relative_to(self.root)]
+                env = {name: os.environ[name] for name in FORWARDED if name in os.environ}
+                own = {} if os.environ.get(config.RAY_ADDRESS_ENV) else {"resources": {node_class(): NODE_CLASS_UNITS}}
+                context = ray.init(runtime_env={"working_dir": str(self.root), "excludes": [*EXCLUDED, *inside],
+                                                "env_vars": env},
+                                   log_to_driver=False, logging_level="error", **own)
+                self.address = context.address_info.get("address") or os.environ.get(config.RAY_ADDRESS_ENV)
+                self._remote = ray.remote(run_on_node)
+                atexit.register(self.cancel)
+                self._ray = ray
+        return self._ray
+
+    def _put(self, store: Store, entry, name: str, record: dict):
+        """The ObjectRef of an upstream object, read from the store and checked (CorruptObject if damaged)."""
+        digest = record["digest"]
+        if digest not in self._refs:
+            try:
+                data = store.object_path(digest).read_bytes()
+            except OSError:
+                data = None
+            if data is None or digest_bytes(data) != digest:
+                raise CorruptObject(entry, name, object_problem(store.object_path(digest), record) or "changed")
+            self._refs[digest] = self._ray.put(data)
+        return self._refs[digest]
+
+    def _options(self, stage: graph.Stage, plan: Plan, upstream: dict) -> tuple:
+        """(the task's Ray options, its placement group or None), once the cluster is known to have what they
+        ask for (else a StageFailed naming what is missing)."""
+        ray = self._ray
+        cpus = max(1, int(os.environ.get(config.THREADS_ENV) or 1))
+        device = upstream["compile"].meta.get("device", "cpu") if "compile" in upstream else "cpu"
+        gpus = 1 if device == "cuda" else 0
+        resources = {node_class(): CLASS_SHARE, **(plan.resources if "resources" in keyed_fields(stage.name) else {})}
+        options = {"num_cpus": cpus, "num_gpus": gpus, "resources": resources, "max_retries": RETRIES,
+                   "retry_exceptions": False}
+        world = plan.ranks if "compile" in stage.reads and plan.ranks > 1 else 1
+        self._check_placeable(plan, {"CPU": cpus * world, "GPU": gpus * world, **resources})
+        if world == 1:
+            return options, None
+        # bundle 0 holds the task and every rank's GPU (the task's ranks see the GPUs Ray gives it); the
+        # others the CPUs of ranks 1..world-1; STRICT_PACK: all on one node, or none
+        first = {"CPU": cpus, **({"GPU": gpus * world} if gpus else {}), **resources}
+        group = ray.util.placement_group([first] + [{"CPU": cpus}] * (world - 1), strategy="STRICT_PACK")
+        try:
+            ray.get(group.ready(), timeout=PLACEMENT_SECONDS)
+        except ray.exceptions.GetTimeoutError:
+            ray.util.remove_placement_group(group)
+            raise StageFailed(f"case {plan.case!r}: its {world} ranks found no node of the Ray cluster with room "
+                              f"for all of them within {PLACEMENT_SECONDS:g} s ({world} x {first})") from None
+        strategy = ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(group, 0)
+        return {**options, "num_gpus": gpus * world, "scheduling_strategy": strategy}, group
+
+    def _check_placeable(self, plan: Plan, demand: dict) -> None:
+        totals = self._ray.cluster_resources()
+        for name, amount in demand.items():
+            if amount and totals.get(name, 0) < amount:
+                if name == node_class():
+                    raise StageFailed(f"no node of the Ray cluster at {self.address} is of this machine's class "
+                                      f"{name} (its toolchain and hardware: the keys hold them); start nodes with "
+                                      "`golden-tasks node` on machines like this one (docs/cluster.md)")
+                has = ", ".join(f"{k}={v:g}" for k, v in sorted(totals.items()) if not k.startswith("node:"))
+                raise StageFailed(f"case {plan.case!r} asks for resource {name!r} ({amount:g}), which no node of the "
+                                  f"Ray cluster at {self.address} has (the cluster has: {has})")
+
+
+def start_node(ray_args: list) -> list:
+    """The command that starts this machine as a node of its class (`golden-tasks node ARGS`): `ray start ARGS`,
+    the class's resource added to the node's custom resources (merged into a --resources JSON given)."""
+    args, resources = list(ray_args), {}
+    for i, arg in enumerate(args):
+        if arg == "--resources" or arg.startswith("--resources="):
+            text = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                resources = json.loads(text)
+            except ValueError:
+                raise ValueError(f"--resources {text!r} is not a JSON object") from None
+            del args[i:i + (1 if "=" in arg else 2)]
+            break
+    if not isinstance(resources, dict):
+        raise ValueError(f"--resources {resources!r} is not a JSON object")
+    resources[node_class()] = NODE_CLASS_UNITS
+    return [sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--resources", json.dumps(resources)]
+
+
+def sources(project: config.Project) -> dict:
+    """What the nodes must find in the job's working_dir: every file of the kernel folders, by its path in the
+    checkout, and its digest (a kernel folder outside the checkout cannot reach them: a StageFailed)."""
+    found = {}
+    for folder in project.layout.kernels:
+        if not folder.is_relative_to(project.root):
+            raise StageFailed(f"kernel folder {folder} lies outside the checkout {project.root}, which is what "
+                              "reaches the Ray cluster's nodes")
+        found.update({str(p.relative_to(project.root)): digest_file(p) for p in sorted(folder.rglob("*"))
+                      if p.is_file() and "__pycache__" not in p.parts})
+    return found
+
+
+_arrived = {}  # in a worker: (the driver's checkout, its sources' digest) -> the checkout found for them
+
+
+def _checkout(driver_root: str, expected: dict) -> Path:
+    """The checkout a task runs from (and in): the driver's own path where this node sees the same sources there (a
+    shared filesystem, or a cluster on one machine: artifacts that record their source's path are then the
+    driver's), else the job's working_dir (the current directory), checked the same way; a StageFailed
+    names a file that differs in both."""
+    key = (driver_root, digest_bytes(repr(sorted(expected.items())).encode()))
+    if key not in _arrived:
+        for root in (Path(driver_root), Path.cwd()):  # the working_dir last: its finding is the one reported
+            found = {rel: digest_file(root / rel) if (root / rel).is_file() else None for rel in expected}
+            if differs := [(rel, digest) for rel, digest in found.items() if digest != expected[rel]]:
+                continue
+            _arrived[key] = root
+            break
+        else:
+            rel, digest = differs[0]
+            raise StageFailed(f"the checkout reached node {hardware()['host']} without {rel} as the driver has it "
+                              f"({'missing' if digest is None else 'different content'} in the job's working_dir): "
+                              "is it ignored by .gitignore, which Ray's working_dir upload follows?")
+    return _arrived[key]
+
+
+def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkout: tuple, case) -> tuple:
+    """A Ray task, in a worker of the node Ray placed it on (its working directory: the job's copy of the
+    checkout; `checkout`: the driver's path of it and its sources, see _checkout): graph.produce_here on the
+    node's own store, the objects it made returned as (record, bytes); a failure of the stage is returned
+    ("failed", exception), not raised, so that Ray never retries it."""
+    import ray  # noqa: PLC0415 -- this runs in a Ray worker
+
+    try:
+        root = _checkout(*checkout)
+        os.chdir(root)  # as a local run's stages, which run in the project's root
+        assigned = ray.get_runtime_context().get_assigned_resources().get("CPU") or 1
+        os.environ[config.THREADS_ENV] = str(max(1, int(assigned)))  # the CPUs Ray gave this task
+        project = config.Project.at(root, cache=config.node_store())
+        project.layout.importable()
+        store = project.store
+        for entry in upstream.values():
+            for record in entry.objects.values():
+                if object_problem(store.object_path(record["digest"]), record):
+                    got = store.put_buffer(ray.get(refs[0][record["digest"]]))
+                    if got["digest"] != record["digest"]:
+                        raise StageFailed(f"an object of the {entry.stage} stage reached node {hardware()['host']} "
+                                          f"altered (digest {got['digest']}, not {record['digest']})")
+        done = graph.produce_here(graph.BY_NAME[stage_name], plan, store, upstream, case)
+    except VerificationFailure as exc:
+        return "failed", exc
+    if done[0] != "done":
+        return done
+    _, objects, meta, stats = done
+    return "done", {n: (r, store.object_path(r["digest"]).read_bytes()) for n, r in objects.items()}, meta, stats
+
+
+def _received(stage: graph.Stage, store: Store, outcome: tuple) -> tuple:
+    """What a task sent back as graph.produce_here's result, its objects re-hashed into the driver's store."""
+    if outcome[0] == "failed":
+        raise outcome[1]
+    if outcome[0] != "done":
+        return outcome
+    _, sent, meta, stats = outcome
+    objects = {}
+    for name, (record, data) in sent.items():
+        got = store.put_buffer(data)
+        if (got["digest"], got["nbytes"]) != (record["digest"], record["nbytes"]):
+            raise StageFailed(f"object {name!r} of the {stage.name} stage came back from node "
+                              f"{(stats.get('node') or {}).get('host')} as {got['digest']}, not the {record['digest']} "
+                              "it was sent as: not committed")
+        objects[name] = record
+    return "done", objects, meta, stats

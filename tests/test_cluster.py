@@ -1,0 +1,251 @@
+"""executor=ray: the stage graph on a real local Ray cluster of several nodes (Ray's own test utility,
+ray.cluster_utils.Cluster), driven by real doit in a temporary project. One cluster serves every test of
+this file (under xdist the file stays on one worker: --dist loadfile)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from project import Project
+
+from golden_tasks.project.toolchain import node_class
+
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="the ray extra is not installed")
+
+pytestmark = pytest.mark.xdist_group("ray")
+
+# the nodes that run stages: two CPUs each (a two-rank case's placement group fits one), of this machine's
+# class; one also has a custom resource
+NODE = {"num_cpus": 2, "resources": {node_class(): 1000}}
+SPECIAL = {"num_cpus": 2, "resources": {node_class(): 1000, "special": 1}}
+
+MODULE = '''
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from golden_tasks import Case, In, Out, TensorSpec, jit
+
+MARKS = Path({marks!r})
+
+
+@jit
+def twice(x: In, out: Out):
+    torch.mul(x, 2.0, out=out)
+
+
+@jit
+def crashes(x: In, out: Out):
+    import ctypes
+    ctypes.string_at(0)  # a segfault, in the kernel's own process
+    torch.mul(x, 2.0, out=out)
+
+
+def golden(t):
+    t["out"].copy_(2.0 * t["x"])
+
+
+def slow_golden(t):
+    """Its first call anywhere waits {wait} s, having left its pid in MARKS; every later call is quick."""
+    if not any(MARKS.iterdir()):
+        (MARKS / str(os.getpid())).write_text("")
+        time.sleep({wait})
+    golden(t)
+
+
+SPECS = [TensorSpec("x", (32, 32), torch.float32, torch.randn), TensorSpec("out", (32, 32), torch.float32)]
+CASES = [
+    Case("twice", SPECS, kernel=twice, golden=golden, rtol=0.0, atol=0.0),
+    Case("special", SPECS, kernel=twice, golden=golden, rtol=0.0, atol=0.0, resources={{"special": 1}}),
+    Case("nowhere", SPECS, kernel=twice, golden=golden, resources={{"tpu_v9": 1}}),
+    Case("crashes", SPECS, kernel=crashes, golden=golden),
+    Case("slow", SPECS, kernel=twice, golden=slow_golden, rtol=0.0, atol=0.0, timeout=300.0),
+]
+'''
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """A head node that runs nothing (no CPUs) and two nodes that run stages, their objects kept in a
+    folder of this session's (GOLDEN_TASKS_NODE_STORE, which the nodes' workers inherit)."""
+    os.environ["GOLDEN_TASKS_NODE_STORE"] = str(tmp_path_factory.mktemp("node-store"))
+    cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    cluster.node_args = {}  # node -> what it was started with
+    for args in (NODE, SPECIAL):
+        _add_node(cluster, args)
+    yield cluster
+    cluster.shutdown()
+    os.environ.pop("GOLDEN_TASKS_NODE_STORE", None)
+
+
+def _add_node(cluster, args: dict) -> None:
+    cluster.node_args[cluster.add_node(**args)] = args
+    cluster.wait_for_nodes()
+
+
+def _project(path: Path, wait: float = 60.0) -> Project:
+    proj = Project(path, modules=("hello_world", "collectives"))
+    (path / "marks").mkdir()
+    (path / "kernels" / "on_cluster.py").write_text(MODULE.format(marks=str(path / "marks"), wait=wait))
+    return proj
+
+
+def _digests(cache: Path) -> dict:
+    """(stage, case) -> the entry's digest, for the stages whose outputs are not timings."""
+    entries = [json.loads(p.read_text()) for p in sorted(cache.glob("entries/*/*/*.json"))]
+    return {(e["stage"], e["case"]): e["digest"] for e in entries if e["stage"] not in ("bench", "golden_bench")}
+
+
+def _locally(proj: Project, *args) -> Path:
+    """The store of a run of `args` here (executor=local), in the same checkout as the cluster's runs."""
+    cache = proj.path / "local-cache"
+    code, _, _, err = proj.doit(*args, "backend=eager", env={"GOLDEN_TASKS_CACHE": str(cache),
+                                                             "GOLDEN_TASKS_RUNS": str(proj.path / "local-runs")})
+    assert code == 0, err
+    return cache
+
+
+def _on_ray(cluster, proj: Project, *args, env=None):
+    code, results, report, err = proj.doit(*args, "backend=eager", "executor=ray",
+                                           env={"RAY_ADDRESS": cluster.address, **(env or {})})
+    return code, results, json.loads((proj.path / "runs" / "report.json").read_text()), err
+
+
+def _submitted(proj: Project, *args) -> str:
+    """The console summary's `ray:` line of a run of `args`."""
+    out = proj.console(*args).stdout
+    return next(line for line in out.splitlines() if line.startswith("ray: "))
+
+
+def test_the_library_verifies_on_the_cluster_as_it_does_here(ray_cluster, tmp_path):
+    """The same output digests as a local run, a two-rank case's too (its ranks in a placement group); each
+    stage that ran was one Ray task; a warm re-run submits nothing and does not even connect (its RAY_ADDRESS
+    leads nowhere)."""
+    cases = ("verify:hello_world", "verify:twice", "verify:special", "verify:allreduce")
+    proj = _project(tmp_path / "p")
+    local = _locally(proj, "-n", "2", *cases)
+    run = proj.console("-n", "2", *cases, "backend=eager", "executor=ray", env={"RAY_ADDRESS": ray_cluster.address})
+    assert run.returncode == 0, run.stdout + run.stderr
+    record = json.loads((proj.path / "runs" / "report.json").read_text())
+    assert [c["status"] for c in record["cases"]] == ["PASS"] * 4
+    # a task per entry made (a case whose stage has another's key waits for that one's entry and submits nothing)
+    made = len(list(proj.cache.glob("entries/*/*/*.json")))
+    assert f"ray: {made} tasks submitted to {ray_cluster.address}" in run.stdout, run.stdout
+    # twice and special share the entries of the stages their resources do not key: (stage, case) names each once
+    assert _digests(proj.cache) == _digests(local) and len(_digests(local)) == 17 + 8
+    hosts = [e["stats"]["node"]["host"] for e in proj.entries("bench")]
+    assert len(hosts) == 4 and all(hosts)  # a timing names the machine it was measured on
+
+    warm = proj.console("-n", "2", *cases, "backend=eager", "executor=ray",
+                        env={"RAY_ADDRESS": "192.0.2.1:6379"})  # TEST-NET-1: nothing answers there
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    assert "ray: nothing to run, so no connection to a cluster" in warm.stdout
+    assert all(s == "cached" for c in json.loads((proj.path / "runs" / "report.json").read_text())["cases"]
+               for s in c["stages"].values())
+
+
+def test_a_resource_no_node_has_fails_its_case_with_the_resource_named(ray_cluster, tmp_path):
+    proj = _project(tmp_path / "p")
+    start = time.monotonic()
+    code, _, record, _ = _on_ray(ray_cluster, proj, "verify:nowhere")
+    assert code != 0 and time.monotonic() - start < 600
+    (case,) = record["cases"]
+    assert case["status"] == "FAIL" and case["stages"]["dispatch"] == "FAILED"
+    assert "'tpu_v9'" in case["errors"]["dispatch"] and "which no node of the Ray cluster" in case["errors"]["dispatch"]
+
+
+def test_a_crashing_kernel_is_its_case_failing_not_a_lost_task(ray_cluster, tmp_path):
+    proj = _project(tmp_path / "p")
+    code, _, record, _ = _on_ray(ray_cluster, proj, "verify:crashes")
+    (case,) = record["cases"]
+    errors = " ".join(case["errors"].values())
+    assert code != 0 and case["status"] == "FAIL" and "SIGSEGV" in errors and "lost on the Ray cluster" not in errors
+
+
+def _raylet_of(cluster, pid: int):
+    """The cluster's node whose raylet `pid` descends from (None if none: the process is gone)."""
+    raylets = {n.all_processes["raylet"][0].process.pid: n for n in cluster.list_all_nodes()}
+    while pid > 1:
+        if pid in raylets:
+            return raylets[pid]
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def _marked_pid(proj: Project, proc: subprocess.Popen) -> int:
+    deadline = time.monotonic() + 600
+    while not any((proj.path / "marks").iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the slow golden never started"
+        time.sleep(0.2)
+    return int(next((proj.path / "marks").iterdir()).name)
+
+
+def test_a_node_killed_mid_run_changes_nothing(ray_cluster, tmp_path):
+    """The node running the golden dies mid-call: Ray runs the task again on the other node, and the run
+    passes with the digests of a local run."""
+    proj = _project(tmp_path / "p")
+    (proj.path / "marks" / "0").write_text("")  # the local run's calls do not wait
+    local = _locally(proj, "verify:slow")
+    (proj.path / "marks" / "0").unlink()  # the cluster's first call does
+    proc = subprocess.Popen(proj.command("verify:slow", "backend=eager", "executor=ray"), cwd=proj.path,
+                            env={**proj.env, "RAY_ADDRESS": ray_cluster.address}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    node = _raylet_of(ray_cluster, _marked_pid(proj, proc))
+    assert node is not None and not node.head
+    ray_cluster.remove_node(node, allow_graceful=False)
+    _add_node(ray_cluster, ray_cluster.node_args.pop(node))  # its replacement, for the tests after this one
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out
+    record = json.loads((proj.path / "runs" / "report.json").read_text())
+    assert record["cases"][0]["status"] == "PASS"
+    assert _digests(proj.cache) == _digests(local)
+
+
+def test_ctrl_c_cancels_what_was_submitted(ray_cluster, tmp_path):
+    proj = _project(tmp_path / "p", wait=600)
+    proc = subprocess.Popen(proj.command("verify:slow", "backend=eager", "executor=ray"), cwd=proj.path,
+                            env={**proj.env, "RAY_ADDRESS": ray_cluster.address}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    golden = _marked_pid(proj, proc)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "interrupted" in out, out
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{golden}").exists():
+        assert time.monotonic() < deadline, "the golden still runs on the cluster after the driver's Ctrl-C"
+        time.sleep(0.5)
+
+
+RUN = """
+import torch
+import golden_tasks
+from golden_tasks import In, Out, TensorSpec, jit
+
+
+@jit
+def negate(x: In, out: Out):
+    torch.neg(x, out=out)
+
+
+result = golden_tasks.run(negate, [TensorSpec("x", (16,), torch.float32, torch.randn), TensorSpec("out", (16,), torch.float32)],
+                          lambda t: t["out"].copy_(-t["x"]), executor="ray", backend="eager", budget=0.05)
+print(result.error)
+print(result.status.value, sorted(set(s.value for s in result.stages.values())))
+"""
+
+
+def test_golden_tasks_run_takes_the_same_choice(ray_cluster, tmp_path):
+    proj = _project(tmp_path / "p")
+    (proj.path / "check.py").write_text(RUN)
+    out = subprocess.run([sys.executable, "check.py"], cwd=proj.path, capture_output=True, text=True, timeout=600,
+                         env={**proj.env, "RAY_ADDRESS": ray_cluster.address})
+    assert out.returncode == 0 and out.stdout.split("\n")[-2] == "PASS ['ran']", out.stdout + out.stderr

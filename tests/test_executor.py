@@ -1,0 +1,54 @@
+"""The executor choice and the cluster executor's parts that need no cluster (tests/test_cluster.py runs one)."""
+import json
+import sys
+
+import pytest
+
+from golden_tasks.model.errors import StageFailed
+from golden_tasks.pipeline import cluster, graph
+from golden_tasks.planning.library import apply_context
+from golden_tasks.project import config, toolchain
+
+
+def test_the_executor_is_local_unless_ray_is_asked_for(monkeypatch, tmp_path):
+    monkeypatch.delenv(config.EXECUTOR_ENV, raising=False)
+    assert config.executor() == "local" and cluster.producer(tmp_path) is graph.produce_here
+    monkeypatch.setenv(config.EXECUTOR_ENV, "ray")
+    assert isinstance(cluster.producer(tmp_path).__self__, cluster.RayCluster)
+    assert "ray" not in sys.modules or cluster.cluster(tmp_path.resolve()).address is None  # made, not connected
+    with pytest.raises(ValueError, match="doit variable executor='dask' is not one of local, ray"):
+        apply_context({"executor": "dask"}.get)
+
+
+def test_on_a_cluster_a_timing_names_the_machine_by_its_class_not_its_host(monkeypatch):
+    monkeypatch.delenv(config.EXECUTOR_ENV, raising=False)
+    here = toolchain.machine()
+    monkeypatch.setenv(config.EXECUTOR_ENV, "ray")
+    assert toolchain.machine() == {k: v for k, v in here.items() if k != "host"}
+    assert toolchain.node_class().startswith("golden_tasks_node_")
+
+
+def test_a_node_joins_as_its_class_beside_the_resources_it_is_given():
+    command = cluster.start_node(["--address", "head:6379", "--resources", '{"H100": 2}', "--num-cpus", "4"])
+    assert command[1:4] == ["-m", "ray.scripts.scripts", "start"]
+    assert command[4:8] == ["--address", "head:6379", "--num-cpus", "4"] and command[8] == "--resources"
+    assert json.loads(command[9]) == {"H100": 2, toolchain.node_class(): cluster.NODE_CLASS_UNITS}
+    assert json.loads(cluster.start_node(["--head", "--resources={}"])[-1]) == {toolchain.node_class(): 1000}
+    with pytest.raises(ValueError, match="is not a JSON object"):
+        cluster.start_node(["--resources", "H100=2"])
+
+
+def test_the_sources_that_reach_the_nodes_are_the_kernel_folders_by_digest(tmp_path, monkeypatch):
+    (tmp_path / "kernels" / "sub").mkdir(parents=True)
+    (tmp_path / "kernels" / "a.py").write_text("A = 1\n")
+    (tmp_path / "kernels" / "sub" / "data.txt").write_text("x")
+    found = cluster.sources(config.Project.at(tmp_path))
+    assert sorted(found) == ["kernels/a.py", "kernels/sub/data.txt"]
+    assert cluster._checkout(str(tmp_path), found) == tmp_path
+    monkeypatch.chdir(tmp_path)  # the job's working_dir
+    with pytest.raises(StageFailed, match=r"without kernels/a.py as the driver has it \(different content in the "):
+        cluster._checkout(str(tmp_path), {**found, "kernels/a.py": "0" * 32})  # as if edited on the way
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "pyproject.toml").write_text('[tool.golden-tasks]\nkernels = ["../kernels"]\n')
+    with pytest.raises(StageFailed, match="outside the checkout"):
+        cluster.sources(config.Project.at(tmp_path / "elsewhere"))
