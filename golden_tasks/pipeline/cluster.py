@@ -116,7 +116,10 @@ class RayCluster:
                 inside = [f"/{p.relative_to(self.root)}" for p in (project.cache, project.runs)
                           if p.is_relative_to(self.root)]
                 env = {name: os.environ[name] for name in FORWARDED if name in os.environ}
-                own = {} if os.environ.get(config.RAY_ADDRESS_ENV) else {"resources": {node_class(): NODE_CLASS_UNITS}}
+                # no address: a Ray instance of its own for this run (never the last cluster started here, which
+                # ray.init would otherwise join), a node of this machine's class
+                own = {} if os.environ.get(config.RAY_ADDRESS_ENV) else {"address": "local",
+                                                                         "resources": {node_class(): NODE_CLASS_UNITS}}
                 context = ray.init(runtime_env={"working_dir": str(self.root), "excludes": [*EXCLUDED, *inside],
                                                 "env_vars": env},
                                    log_to_driver=False, logging_level="error", **own)
