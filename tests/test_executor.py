@@ -3,6 +3,7 @@ import json
 import sys
 
 import pytest
+from project import Project
 
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.pipeline import cluster, graph
@@ -52,3 +53,11 @@ def test_the_sources_that_reach_the_nodes_are_the_kernel_folders_by_digest(tmp_p
     (tmp_path / "elsewhere" / "pyproject.toml").write_text('[tool.golden-tasks]\nkernels = ["../kernels"]\n')
     with pytest.raises(StageFailed, match="outside the checkout"):
         cluster.sources(config.Project.at(tmp_path / "elsewhere"))
+
+
+def test_doit_submits_from_one_process(tmp_path):
+    """With executor=ray doit's workers are threads of the one Ray driver: -P process is refused, plainly."""
+    proj = Project(tmp_path / "p", modules=("hello_world",))
+    run = proj.console("-n", "2", "-P", "process", "verify", "executor=ray")
+    assert run.returncode == 3 and "executor=ray submits from one process" in run.stderr
+    assert "Traceback" not in run.stderr

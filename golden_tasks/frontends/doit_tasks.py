@@ -183,6 +183,9 @@ def tasks_for(root: Path, variables=()) -> dict:
     os.environ.setdefault(config.WORKERS_ENV, str(line.workers))
     session = doit_session.current = Session(Path(root).resolve(), line)
     if (get_var("executor", None) or os.environ.get(config.EXECUTOR_ENV)) == "ray":
+        if line.options.get("par_type") == "process" and line.workers > 1:
+            usage_error("executor=ray submits from one process, the Ray driver: leave out -P process (doit's -n "
+                        "workers are then its threads, each waiting on a task of the cluster)")
         DOIT_CONFIG["par_type"] = "thread"  # one process is the Ray driver: doit's -n workers are its threads
     if line.command == "run":
         session.start()
