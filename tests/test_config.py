@@ -98,7 +98,7 @@ def test_the_timing_machine_follows_the_visibility_mask_the_environment_names_no
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert machine()["visible"] == "0"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert machine()["visible"] == "1" and toolchain()["gpus"].endswith("visible=1")
+    assert machine()["visible"] == "1" and "visible=1 models=" in toolchain()["gpus"]
 
 
 def test_summary_table_layout():
@@ -171,3 +171,16 @@ def test_the_exit_status_follows_doits_meanings_whatever_doit_returned():
     assert reporter.exit_status(RunRecord(cases=rows_of("FAIL"))) == 2
     reporter.failures, reporter.runtime_errors = [], ["a cyclic dependency"]
     assert reporter.exit_status(skipped_and_passed) == 2
+
+
+def test_the_gpus_models_enter_every_key(monkeypatch):
+    """An artifact built for one GPU architecture is never found by another machine's key: the toolchain names
+    the models (the driver's /proc files), not only how many GPUs there are."""
+    import golden_tasks.project.toolchain as tc
+
+    monkeypatch.setattr(tc, "_gpu_models", lambda: ["NVIDIA H100 80GB HBM3"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "h100-test")  # a mask no other test uses: computed afresh
+    h100 = toolchain()["gpus"]
+    monkeypatch.setattr(tc, "_gpu_models", lambda: ["NVIDIA A100-SXM4-80GB"])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "a100-test")
+    assert h100.endswith("models=NVIDIA H100 80GB HBM3") and toolchain()["gpus"].endswith("models=NVIDIA A100-SXM4-80GB")

@@ -57,9 +57,10 @@ def _cpu_flags() -> str:
 
 
 def _gpus(visible: str) -> str:
-    """NVIDIA devices present (and the visibility mask): a CUDA kernel skipped on a machine
-    without one must run, not hit that cache entry, on a machine with one."""
-    return f"{len(glob.glob('/dev/nvidia[0-9]*'))} visible={visible}"
+    """NVIDIA devices present, their models and the visibility mask: a CUDA kernel skipped on a machine
+    without one must run, not hit that cache entry, on a machine with one; an artifact built for one GPU
+    architecture (the model says it) is never one another machine's key finds."""
+    return f"{len(glob.glob('/dev/nvidia[0-9]*'))} visible={visible} models={','.join(_gpu_models())}"
 
 
 def toolchain() -> dict:
