@@ -61,3 +61,20 @@ def test_doit_submits_from_one_process(tmp_path):
     run = proj.console("-n", "2", "-P", "process", "verify", "executor=ray")
     assert run.returncode == 3 and "executor=ray submits from one process" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_cluster_that_does_not_answer_fails_the_run_at_once_naming_its_address(tmp_path):
+    """ray.init waits minutes for an address where nothing listens; the run says so in seconds, and every
+    stage after the first fails with the same line without trying again."""
+    import socket
+
+    with socket.socket() as closed:  # a port that was free a moment ago: nothing listens there
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    proj = Project(tmp_path / "p", modules=("hello_world",))
+    code, _, report, _ = proj.doit("--continue", "verify:hello_world", "executor=ray",
+                                   env={"RAY_ADDRESS": f"127.0.0.1:{port}"})
+    record = json.loads((proj.path / "runs" / "report.json").read_text())
+    errors = record["cases"][0]["errors"]
+    assert code != 0 and record["cases"][0]["status"] == "FAIL" and errors
+    assert all(f"cannot reach the Ray cluster at 127.0.0.1:{port}" in e for e in errors.values()), errors

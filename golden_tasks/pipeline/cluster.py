@@ -22,6 +22,7 @@ import atexit
 import functools
 import json
 import os
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -35,6 +36,7 @@ from ..storage.store import CorruptObject, Store, object_problem
 from . import graph
 
 RETRIES = 3  # times Ray runs a task again whose worker or node died
+REACH_SECONDS = 10.0  # how long the cluster's address may take to answer (ray.init itself waits minutes)
 NODE_CLASS_UNITS = 1000  # of its class's resource a node offers; each task asks for CLASS_SHARE of it
 CLASS_SHARE = 0.001
 PLACEMENT_SECONDS = 120.0  # how long a multi-rank stage waits for its ranks' bundles before it fails
@@ -64,6 +66,7 @@ class RayCluster:
         self.address = None  # the cluster's, once connected
         self._lock = threading.Lock()
         self._ray = self._remote = self._sources = None
+        self._unreachable = None  # why connecting failed: every stage after the first fails with it at once
         self._refs = {}  # object digest -> its ObjectRef: each object crosses once per run
         self._in_flight = set()
 
@@ -108,7 +111,14 @@ class RayCluster:
 
     def _connect(self):
         with self._lock:
+            if self._unreachable:
+                raise StageFailed(self._unreachable)
             if self._ray is None:
+                address = os.environ.get(config.RAY_ADDRESS_ENV)
+                if address and (problem := _unreachable(address)):
+                    self._unreachable = (f"cannot reach the Ray cluster at {address} (${config.RAY_ADDRESS_ENV} or "
+                                         f"ray_address=): {problem}")
+                    raise StageFailed(self._unreachable)
                 import ray  # noqa: PLC0415 -- only a run that submits imports ray
 
                 project = config.Project.at(self.root)
@@ -180,6 +190,19 @@ class RayCluster:
                 has = ", ".join(f"{k}={v:g}" for k, v in sorted(totals.items()) if not k.startswith("node:"))
                 raise StageFailed(f"case {plan.case!r} asks for resource {name!r} ({amount:g}), which no node of the "
                                   f"Ray cluster at {self.address} has (the cluster has: {has})")
+
+
+def _unreachable(address: str) -> str | None:
+    """Why nothing answers at a cluster's HOST:PORT within REACH_SECONDS (None when something does, or the
+    address is of another form: ray://, auto), so that a wrong address is an error, not a wait of minutes."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_SECONDS).close()
+    except OSError as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def start_node(ray_args: list) -> list:
