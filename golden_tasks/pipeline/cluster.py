@@ -64,7 +64,7 @@ class RayCluster:
         self.root = root
         self.submitted = 0
         self.address = None  # the cluster's, once connected
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by cancel, from a SIGINT handler, in a thread that holds it
         self._ray = self._remote = self._sources = None
         self._unreachable = None  # why connecting failed: every stage after the first fails with it at once
         self._refs = {}  # object digest -> its ObjectRef: each object crosses once per run
@@ -128,12 +128,11 @@ class RayCluster:
                 env = {name: os.environ[name] for name in FORWARDED if name in os.environ}
                 # no address: a Ray instance of its own for this run (never the last cluster started here, which
                 # ray.init would otherwise join), a node of this machine's class
-                own = {} if os.environ.get(config.RAY_ADDRESS_ENV) else {"address": "local",
-                                                                         "resources": {node_class(): NODE_CLASS_UNITS}}
+                own = {} if address else {"address": "local", "resources": {node_class(): NODE_CLASS_UNITS}}
                 context = ray.init(runtime_env={"working_dir": str(self.root), "excludes": [*EXCLUDED, *inside],
                                                 "env_vars": env},
                                    log_to_driver=False, logging_level="error", **own)
-                self.address = context.address_info.get("address") or os.environ.get(config.RAY_ADDRESS_ENV)
+                self.address = context.address_info.get("address") or address
                 self._remote = ray.remote(run_on_node)
                 atexit.register(self.cancel)
                 self._ray = ray
