@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import golden_tasks
-from golden_tasks import In, Out, TensorSpec, jit
+from golden_tasks import In, InOut, Out, TensorSpec, jit
 
 SPECS = [TensorSpec("x", (64,), torch.float32, torch.randn), TensorSpec("out", (64,), torch.float32)]
 
@@ -79,6 +79,36 @@ def test_an_honest_kernel_passes_the_recheck_and_says_so():
     result = verify(double, rounds=3)
     assert result.passed and result.report.warnings == []
     assert result.bench["rounds"] == 3 and result.bench["stopped"] == "rounds" and result.bench["threads"] >= 1
+
+
+@jit(backend="eager")
+def increment(acc: InOut, x: In):
+    acc.add_(x)
+
+
+def golden_increment(t):
+    t["acc"].add_(t["x"])
+
+
+def test_an_inout_kernel_timed_again_by_a_new_pool_starts_from_its_inputs(monkeypatch):
+    """A pool whose timing is in doubt is replaced by a new one (a busy machine): the new pool's buffers
+    are placed from the inputs again, not left as the last pool's calls made them (an honest kernel that
+    updates a buffer in place was failed as "right only on its first call")."""
+    from golden_tasks.stages import bench
+
+    pools = []
+
+    def doubted_once(per_rank, witness):
+        figures, why = real(per_rank, witness)
+        pools.append(why)
+        return figures, why or (None if len(pools) > 1 else "a doubt, as a busy machine raises")
+
+    real = bench.clock_check
+    monkeypatch.setattr(bench, "clock_check", doubted_once)
+    specs = [TensorSpec("acc", (64,), torch.float32, torch.randn), TensorSpec("x", (64,), torch.float32, torch.randn)]
+    result = golden_tasks.run(fn=increment, specs=specs, golden=golden_increment, rtol=1e-6, atol=1e-6, rounds=3,
+                              warmup=1)
+    assert len(pools) == 2 and result.passed, result.error
 
 
 def test_adaptive_rounds_stop_on_each_criterion_with_real_timing():

@@ -117,6 +117,12 @@ def _on_ray(cluster, proj: Project, *args, env=None):
     return code, results, json.loads((proj.path / "runs" / "report.json").read_text()), err
 
 
+def _told(proj: Project, run) -> str:
+    """What a console run printed, and the case logs it wrote (where a failure's traceback is)."""
+    logs = [f"--- {log.name} ---\n{log.read_text()}" for log in sorted((proj.path / "runs").glob("*.log"))]
+    return "\n".join([run.stdout, run.stderr, *logs])
+
+
 def _submitted(proj: Project, *args) -> str:
     """The console summary's `ray:` line of a run of `args`."""
     out = proj.console(*args).stdout
@@ -131,7 +137,7 @@ def test_the_library_verifies_on_the_cluster_as_it_does_here(ray_cluster, tmp_pa
     proj = _project(tmp_path / "p")
     local = _locally(proj, "-n", "2", *cases)
     run = proj.console("-n", "2", *cases, "backend=eager", "executor=ray", env={"RAY_ADDRESS": ray_cluster.address})
-    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.returncode == 0, _told(proj, run)
     record = json.loads((proj.path / "runs" / "report.json").read_text())
     assert [c["status"] for c in record["cases"]] == ["PASS"] * 4
     # a task per entry made (a case whose stage has another's key waits for that one's entry and submits nothing)
@@ -144,7 +150,7 @@ def test_the_library_verifies_on_the_cluster_as_it_does_here(ray_cluster, tmp_pa
 
     warm = proj.console("-n", "2", *cases, "backend=eager", "executor=ray",
                         env={"RAY_ADDRESS": "192.0.2.1:6379"})  # TEST-NET-1: nothing answers there
-    assert warm.returncode == 0, warm.stdout + warm.stderr
+    assert warm.returncode == 0, _told(proj, warm)
     assert "ray: nothing to run, so no connection to a cluster" in warm.stdout
     assert all(s == "cached" for c in json.loads((proj.path / "runs" / "report.json").read_text())["cases"]
                for s in c["stages"].values())

@@ -93,6 +93,10 @@ class RayCluster:
                                   f"times (its worker or node died): {type(exc).__name__}") from None
             except ray.exceptions.TaskCancelledError:
                 raise StageFailed(f"the {stage.name} stage of {plan.case} was cancelled on the Ray cluster") from None
+            except ray.exceptions.RayTaskError as exc:  # not the stage's failure (returned): the node's side broke
+                cause = exc.cause
+                raise StageFailed(f"the {stage.name} stage of {plan.case} broke on the Ray node at {exc.ip}: "
+                                  f"{type(cause).__name__}: {cause}\n{exc.traceback_str}") from None
             finally:
                 with self._lock:
                     self._in_flight.discard(ref)

@@ -379,13 +379,14 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
     checked = second.startswith("checked")
     used = [(inputs, golden), (inputs2, golden2) if checked else (inputs, golden)]
     used += [(made, None) for made in _unseen_sets(inputs, inputs2)]
-    sets = [ranks.Placement(table, abi.meta.placement, given, plan.ranks) for given, _ in used]
     # A busy machine can slow every round that meets an unseen set of an honest kernel (a few in a hundred
     # pools with the cores shared three ways), and a fresh process can do a few ms of work its rounds do not
     # show (once in 1,000 trivial cases at -n 2 on two cores), so a kernel that looks as if it remembers, or
     # whose rounds do not add up to its process's work, is timed again by a new pool, whose processes have
     # never seen any input either; only a kernel that looks so twice fails.
     for _ in range(2):
+        # buffers placed anew for each pool: the rounds of the last left the InOut buffers as its calls did
+        sets = [ranks.Placement(table, abi.meta.placement, given, plan.ranks) for given, _ in used]
         draw, slots, witness = secrets.randbits(32), _slots(sets[0]), _Witness(plan.ranks)
         # each call may take up to the case's timeout; one more for loading, the no-op loop's is the harness's
         try:
