@@ -3,7 +3,8 @@
 The package is layered (docs/architecture.md): each layer is a subpackage that imports only from the layers
 before it in LAYERS (tests/test_layers.py checks the imports); at the top, the entry points users name:
 `golden_tasks` itself (the names below), `golden_tasks.compare` (the comparators), `golden_tasks.doit_tasks`
-(a dodo.py's import), `python -m golden_tasks.cli` and `python -m golden_tasks.html_report`.
+(a dodo.py's import), `golden_tasks.triton` (Triton for kernel modules), `python -m golden_tasks.cli` and
+`python -m golden_tasks.html_report`.
 
 Names are imported lazily so that `import golden_tasks` (as the doit parent process does) never imports
 torch. A module's import path from before the layers (`golden_tasks.specs`, `golden_tasks.jit`, ...)
@@ -21,6 +22,7 @@ _EXPORTS = {
     "In": "model.specs", "Out": "model.specs", "InOut": "model.specs", "Scalar": "model.specs",
     "TensorSpec": "model.specs", "ScalarSpec": "model.specs", "STACKED": "model.specs", "SpecError": "model.errors",
     "jit": "forms.jit", "JitKernel": "forms.jit", "cpp": "forms.cpp", "CppKernel": "forms.cpp",
+    "triton_kernel": "forms.triton_form", "TritonKernel": "forms.triton_form",
     "KernelForm": "forms.base", "Artifact": "forms.base", "CompileError": "model.errors",
     "Case": "planning.case",
     "run": "pipeline.runner", "RunResult": "pipeline.runner", "Verdict": "model.verdicts",

@@ -1,8 +1,8 @@
 #!/usr/bin/env sh
-# Everything the tests need: the package with its test and ray extras, and a headless browser (Debian's
+# Everything the tests need: the package with its test, ray and triton extras, and a headless browser (Debian's
 # chromium) for the HTML report's test. Run from the repository root: `sh tests/setup.sh`.
 set -eu
-pip install -c constraints.txt -e '.[test,ray]'
+pip install -c constraints.txt -e '.[test,ray,triton]'
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
     $sudo apt-get update -qq

@@ -73,3 +73,7 @@ class Artifact:
     def unavailable(self) -> str:
         """Why this machine cannot run the artifact (a missing device), or None when it can."""
         return None
+
+    def timing_caveat(self) -> str:
+        """Why its timings are not performance figures (it runs emulated), or None when they are."""
+        return None

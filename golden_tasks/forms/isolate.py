@@ -46,6 +46,10 @@ from ..project import config, reaper, sandbox
 
 GUARD_BYTES = 4096  # a page each side; keeps the output 4 KiB-aligned like a fresh allocation
 CANARY = bytes.fromhex("deadbeef") * (GUARD_BYTES // 4)
+# Around an input: all ones, a NaN in every floating type (and -1 in the integer ones), so that a read past
+# either end poisons what it computes, where a read that faults nothing would otherwise pass (an emulator,
+# such as Triton's interpreter, checks no bounds).
+POISON = b"\xff" * GUARD_BYTES
 _PRELOAD = ["golden_tasks.pipeline._forkserver", "golden_tasks.forms.isolate"]
 
 
@@ -56,22 +60,22 @@ def _context():
 
 
 class Guarded:
-    """A tensor in shared memory between two canary-filled guard regions."""
+    """A tensor in shared memory between two guard regions filled with `fill` (CANARY, or POISON)."""
 
-    def __init__(self, name: str, like: torch.Tensor):
-        self.name = name
+    def __init__(self, name: str, like: torch.Tensor, fill: bytes = CANARY):
+        self.name, self.fill = name, fill
         nbytes = like.numel() * like.element_size()
         self.buffer = torch.empty(nbytes + 2 * GUARD_BYTES, dtype=torch.uint8).share_memory_()
-        canary = torch.frombuffer(bytearray(CANARY), dtype=torch.uint8)
-        self.buffer[:GUARD_BYTES] = canary
-        self.buffer[GUARD_BYTES + nbytes:] = canary
+        guard = torch.frombuffer(bytearray(fill), dtype=torch.uint8)
+        self.buffer[:GUARD_BYTES] = guard
+        self.buffer[GUARD_BYTES + nbytes:] = guard
         self.tensor = self.buffer[GUARD_BYTES:GUARD_BYTES + nbytes].view(like.dtype).view(like.shape)
         self.tensor.copy_(like)
 
     def clobbered(self) -> list:
-        """The sides whose canary changed: "before" and/or "after" the tensor."""
+        """The sides whose guard changed: "before" and/or "after" the tensor."""
         sides = (("before", self.buffer[:GUARD_BYTES]), ("after", self.buffer[-GUARD_BYTES:]))
-        return [side for side, guard in sides if bytes(guard.numpy()) != CANARY]
+        return [side for side, guard in sides if bytes(guard.numpy()) != self.fill]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,9 +20,9 @@ import cloudpickle
 import torch
 
 from ..model.errors import CompileError
+from ..model.origin import dumps_by_value
 from ..model.plan import BACKENDS
 from ..model.specs import declared_params, dtype_name, table_of
-from ..project.fingerprint import dumps_by_value
 from .base import Artifact, KernelForm, world_size
 
 DEFAULT_BACKEND = "aoti"

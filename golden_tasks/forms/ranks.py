@@ -65,7 +65,8 @@ class Placement:
         """`here`: the ranks whose arguments to build (default: all of them)."""
         self.table, self.placement, self.world = table, placement, world
         here = range(world) if here is None else here
-        self.guards = {r: {} for r in here}  # rank -> {argument index: isolate.Guarded}
+        self.guards = {r: {} for r in here}  # rank -> {argument index: isolate.Guarded}: the outputs
+        self.padded = {r: {} for r in here}  # the same for the inputs, between POISON guards
         self.args = {r: [self._arg(i, row, inputs, r) for i, row in enumerate(table)] for r in here}
 
     def holds(self, row: dict, rank: int) -> bool:
@@ -87,7 +88,8 @@ class Placement:
         else:  # an Out with no initial content: what the kernel leaves of it is reported unwritten
             data = canary(row["shape"], dtype_of(row["dtype"]))
         if row["direction"] == "in":
-            return data.clone().share_memory_()
+            self.padded[rank][i] = isolate.Guarded(row["name"], data, isolate.POISON)
+            return self.padded[rank][i].tensor
         self.guards[rank][i] = isolate.Guarded(row["name"], data)
         return self.guards[rank][i].tensor
 
@@ -102,8 +104,8 @@ class Placement:
             raise StageFailed(f"{what} wrote its In parameter {', '.join(written)}: inputs are read-only")
 
     def check_guards(self, what: str) -> None:
-        clobbered = [f"{g.name} ({side}){on_rank(r, self.world)}" for r, guards in self.guards.items()
-                     for g in guards.values() for side in g.clobbered()]
+        clobbered = [f"{g.name} ({side}){on_rank(r, self.world)}" for placed in (self.guards, self.padded)
+                     for r, guards in placed.items() for g in guards.values() for side in g.clobbered()]
         if clobbered:
             raise StageFailed(f"{what} wrote outside its outputs: the guard region {' and '.join(clobbered)} "
                               "lost its canary (before: below the first element, after: past the last)")

@@ -18,6 +18,7 @@ into a library's internals. golden_tasks itself is never user code: the pipeline
 
 Reads files and distribution metadata, imports nothing heavy: the doit parent uses `library_dirs`.
 """
+import contextlib
 import functools
 import json
 import os
@@ -193,3 +194,34 @@ def shown(path: str, start: str = None) -> str:
     """A path relative to `start` (default: the working directory) when inside it."""
     relative = os.path.relpath(path, start)
     return path if relative.startswith("..") else relative
+
+
+def dumps_by_value(obj) -> bytes:
+    """cloudpickle `obj` with every loaded user module's code by value.
+
+    By reference, a function pickles to the same bytes after its module is
+    edited and runs whatever the module holds when loaded; by value, the bytes
+    carry the code they were made from (artifacts, saved policies).
+    """
+    import cloudpickle  # noqa: PLC0415
+
+    with by_value():
+        return cloudpickle.dumps(obj)
+
+
+@contextlib.contextmanager
+def by_value():
+    """While the block runs, cloudpickle pickles every loaded user module's code by value (dumps_by_value)."""
+    import cloudpickle  # noqa: PLC0415
+
+    registered = cloudpickle.list_registry_pickle_by_value()  # a block inside another: the outer one's stay
+    # by the module's own name: multiprocessing also lists the main module as __mp_main__
+    modules = {m.__name__: m for n, m in list(sys.modules.items())
+               if n != "__main__" and is_user_module(n) and m.__name__ not in registered}.values()
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)

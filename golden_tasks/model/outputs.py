@@ -70,6 +70,7 @@ class BenchMeta(Meta):
     the kernel's outputs on the second input set (inputs2) in the same processes, so a kernel right only
     on its first call, or one returning a result it cached, fails. `second_set` is "checked" or why not."""
     second_set: str = None
+    caveat: str = None  # why its timing is no performance figure (Artifact.timing_caveat), if it is not
 
 
 @dataclasses.dataclass(frozen=True)

@@ -242,11 +242,14 @@ class ScalarSpec(_Stampable):
         return torch.tensor(self.value, dtype=self.dtype)
 
 
-def declared_params(fn, typed=False) -> list:
+def declared_params(fn, typed=False, meta_keywords=False) -> list:
     """The parameter table `fn`'s annotations declare: {"name", "kind", "direction"} rows, plus
-    "dtype" for typed markers (the ABI stage checks it). `typed`: every marker must carry a dtype."""
+    "dtype" for typed markers (the ABI stage checks it). `typed`: every marker must carry a dtype.
+    `meta_keywords`: keyword-only parameters are meta-parameters (a Triton launcher's), not in the table."""
     rows = []
     for p in inspect.signature(fn, eval_str=True).parameters.values():
+        if meta_keywords and p.kind == p.KEYWORD_ONLY:
+            continue
         marker = p.annotation
         if not isinstance(marker, Param) or typed and marker.dtype is None:
             need = ("a typed annotation such as In[torch.float32]" if typed

@@ -360,7 +360,7 @@ def by_value(case, plan: Plan) -> bytes:
     """The live case pickled with its user code, to cross into the isolated child (or to a cluster's node,
     whose stages get it so: bytes already)."""
     from ..model.errors import SpecError  # noqa: PLC0415
-    from ..project.fingerprint import dumps_by_value  # noqa: PLC0415
+    from ..model.origin import dumps_by_value  # noqa: PLC0415
 
     if isinstance(case, bytes):
         return case

@@ -37,6 +37,9 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: 
         row.max_abs = failed_max_abs
     if bench and (second := BenchMeta.of(bench).second_set) and second != "checked":
         row.warnings.append(f"the benchmark's second input set was {second}")
+    caveat = bench and BenchMeta.of(bench).caveat
+    if caveat:
+        row.warnings.append(f"its time was {caveat}")
     row.golden_timing = timed_golden and _timing(timed_golden, "golden_us")
     row.kernel_timing = bench and _timing(bench, "kernel_us")  # several ranks: of each round's slowest rank
     row.golden_us = row.golden_timing and row.golden_timing.median
@@ -44,7 +47,7 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: 
     if row.kernel_timing and row.kernel_timing.ranks:
         row.rank_us = [rank.median for rank in row.kernel_timing.ranks]
         row.imbalance = row.kernel_timing.imbalance
-    if row.kernel_us and row.golden_us:
+    if row.kernel_us and row.golden_us and not caveat:
         row.speedup = row.golden_us / row.kernel_us
         noise = [row.kernel_timing.median_rse, row.golden_timing.median_rse]
         if None not in noise:  # relative standard errors add in quadrature

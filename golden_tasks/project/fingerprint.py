@@ -63,6 +63,17 @@ _WRAPPERS = {
     functools.cached_property: ("func",), staticmethod: ("__func__",), classmethod: ("__func__",),
     types.MethodType: ("__self__", "__func__"),
 }
+# Library objects that behave as these attributes make them, named by class (their library is not imported
+# here): Triton's kernel objects are their Python function and options, not the compiled kernels they cache.
+_WRAPPERS_BY_NAME = {
+    "triton.runtime.jit.JITFunction": ("fn", "do_not_specialize", "do_not_specialize_on_alignment", "debug",
+                                       "noinline"),
+    "triton.runtime.interpreter.InterpretedFunction": ("fn", "kwargs"),
+    "triton.runtime.autotuner.Autotuner": ("fn", "configs", "keys", "restore_value", "early_config_prune",
+                                           "perf_model", "configs_top_k", "user_defined_pre_hook",
+                                           "user_defined_post_hook"),
+    "triton.runtime.autotuner.Heuristics": ("fn", "values"),
+}
 _BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
                       types.MethodWrapperType, types.ClassMethodDescriptorType)
 
@@ -93,7 +104,8 @@ def _version(module: str) -> str | None:
 @functools.cache
 def _wrapped(cls: type):
     """The attributes that make an instance of `cls` what it is, if it is a known wrapper (see _WRAPPERS)."""
-    return next((_WRAPPERS[c] for c in cls.__mro__ if c in _WRAPPERS), None)
+    return next((_WRAPPERS.get(c) or _WRAPPERS_BY_NAME.get(f"{c.__module__}.{c.__qualname__}") for c in cls.__mro__
+                 if c in _WRAPPERS or f"{c.__module__}.{c.__qualname__}" in _WRAPPERS_BY_NAME), None)
 
 
 @functools.cache
@@ -132,25 +144,6 @@ def _dict_of(obj):
         return object.__getattribute__(obj, "__dict__")
     except AttributeError:
         return None
-
-
-def dumps_by_value(obj) -> bytes:
-    """cloudpickle `obj` with every loaded user module's code by value.
-
-    By reference, a function pickles to the same bytes after its module is
-    edited and runs whatever the module holds when loaded; by value, the bytes
-    carry the code they were made from (artifacts, saved policies).
-    """
-    import cloudpickle  # noqa: PLC0415
-
-    modules = [m for n, m in list(sys.modules.items()) if n != "__main__" and is_user_module(n)]
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        return cloudpickle.dumps(obj)
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
 
 
 class Fingerprinter:

@@ -45,6 +45,11 @@ def _version(command: tuple, line: int) -> str:
     return lines[line] if lines else f"{name}: unavailable"
 
 
+def gpu_visible() -> bool:
+    """Whether an NVIDIA GPU is present and not hidden by $CUDA_VISIBLE_DEVICES (no torch, no driver call)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) and visible_gpus().strip() not in ("", "-1")
+
+
 def _cpu_flags() -> str:
     try:
         with open("/proc/cpuinfo") as f:

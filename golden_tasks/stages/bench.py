@@ -432,4 +432,4 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
             raise StageFailed(f"{plan.case} passed validation, but its benchmark's recheck FAILED (a kernel right "
                               "only on its first call, or returning a cached result?):\n" + "\n".join(failures))
     stats["unseen_rounds"] = len(unseen)
-    return Outputs(meta=BenchMeta(second_set=second), stats=Stats(kernel_us=stats))
+    return Outputs(meta=BenchMeta(second_set=second, caveat=artifact.timing_caveat()), stats=Stats(kernel_us=stats))

@@ -6,9 +6,9 @@ runtime dir can be re-validated without importing the kernel module.
 import dataclasses
 
 from ..model.compare import Allclose, Policy, allclose
+from ..model.origin import dumps_by_value
 from ..model.outputs import POLICY_FILE, ValidateMeta
 from ..model.specs import STACKED, unwritten
-from ..project.fingerprint import dumps_by_value
 from . import Outputs, StageFailed
 
 

@@ -1,0 +1,42 @@
+"""Triton for kernel modules: `from golden_tasks.triton import triton, tl`.
+
+Where the triton extra is installed, these are `triton` and `triton.language` themselves, imported with
+$TRITON_INTERPRET set as golden-tasks runs Triton kernels on this machine (the interpreter where no GPU
+is visible; Triton reads it as each @triton.jit function is decorated). Without the extra, stand-ins, so
+that the module still imports: its launchers never run, and their cases are SKIPPED, saying why.
+"""
+import os
+
+from .forms.triton_form import INTERPRET_ENV, installed, interpreting
+
+
+class _Absent:
+    """Any name of triton or triton.language where triton is not installed: a decorator returns what it
+    decorates, anything else another stand-in."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return _Absent(f"{self._name}.{attr}")
+
+    def __getitem__(self, item):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]
+        return _Absent(f"{self._name}(...)")
+
+    def __repr__(self):
+        return f"<{self._name}: triton is not installed>"
+
+
+if installed():
+    os.environ.setdefault(INTERPRET_ENV, "1" if interpreting() else "0")
+    import triton
+    import triton.language as tl
+else:
+    triton, tl = _Absent("triton"), _Absent("triton.language")
+
+__all__ = ["tl", "triton"]
