@@ -244,9 +244,12 @@ def _dumps(launcher, pinned: dict) -> bytes:
             if not _jitted(obj):
                 return super().reducer_override(obj)
             if hasattr(obj, "configs"):  # triton.autotune
-                config = obj.configs[0]
-                pinned[_python(obj).__name__] = repr(config)
-                return _Pinned, (obj.fn, config.all_kwargs())
+                config = obj.configs[0].all_kwargs()  # its meta-parameters and launch options
+                if callable(obj.configs[0].pre_hook):
+                    raise CompileError(f"the first configuration of {_python(obj).__name__} has a pre_hook, which "
+                                       "pinning a configuration does not run")
+                pinned[_python(obj).__name__] = config
+                return _Pinned, (obj.fn, config)
             if not isinstance(obj.fn, types.FunctionType):
                 raise CompileError(f"{type(obj).__name__} around {_python(obj).__name__}: only triton.jit and "
                                    "triton.autotune are supported")

@@ -74,7 +74,7 @@ class Case(BenchSettings):
             kernel = KernelRef(kernel, f"case {self.name!r}", kernel_facts)
         golden = self.golden if self.golden is not None else getattr(module, f"golden_{short}", None)
         if not isinstance(kernel, KernelForm):
-            raise SpecError(f"case {self.name!r}: no kernel (expected a @jit or @cpp function "
+            raise SpecError(f"case {self.name!r}: no kernel (expected a @jit, @cpp or @triton_kernel function "
                             f"{short!r} in the module or kernel=...)")
         if not any(p["direction"] in ("out", "inout") for p in kernel.params()):
             raise SpecError(f"case {self.name!r}: kernel {kernel.name} has no Out or InOut parameter, "
