@@ -5,9 +5,9 @@ $TRITON_INTERPRET set as golden-tasks runs Triton kernels on this machine (the i
 is visible; Triton reads it as each @triton.jit function is decorated). Without the extra, stand-ins, so
 that the module still imports: its launchers never run, and their cases are SKIPPED, saying why.
 """
-import os
 
-from .forms.triton_form import INTERPRET_ENV, installed, interpreting
+from .forms.triton_form import installed
+from .project.toolchain import settle_triton_mode
 
 
 class _Absent:
@@ -33,7 +33,7 @@ class _Absent:
 
 
 if installed():
-    os.environ.setdefault(INTERPRET_ENV, "1" if interpreting() else "0")
+    settle_triton_mode()
     import triton
     import triton.language as tl
 else:

@@ -1,6 +1,7 @@
 """golden-tasks as a library a kernel repository installs: `python -m build` makes a wheel and an sdist,
 the wheel installs into a fresh virtual environment, and a project outside this repository, configured
 only by its pyproject.toml, verifies with doit (no dodo.py) and with pytest, also under pytest-xdist."""
+import importlib.metadata
 import os
 import re
 import subprocess
@@ -65,3 +66,20 @@ def test_the_wheel_in_a_fresh_venv_verifies_a_project_outside_the_repository(tmp
                            capture_output=True, text=True, env=env, timeout=900)
     assert tests.returncode == 1 and "1 failed, 1 passed, 1 skipped" in tests.stdout, tests.stdout + tests.stderr
     assert "plugins:" in tests.stdout and "golden-tasks" in tests.stdout
+
+
+def test_the_optional_extras_pull_no_torch():
+    """`pip install golden-tasks[ray]` or `[triton]` never brings a torch (a CUDA build, multi-GB, over the
+    user's own): none of what they require, at any depth, as installed here, is torch."""
+    from packaging.requirements import Requirement
+
+    names = {"ray", "triton"}
+    seen = set()
+    while names - seen:
+        name = (names - seen).pop()
+        seen.add(name)
+        for requirement in map(Requirement, importlib.metadata.requires(name) or []):
+            # the package's own extras and what applies to no Python like this one are not installed with it
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                names.add(requirement.name.lower().replace("_", "-"))
+    assert "torch" not in seen and {"ray", "triton"} <= seen, sorted(seen)

@@ -12,7 +12,7 @@ keyword-only parameters are meta-parameters (block sizes, num_warps, num_stages)
 options (`Case(options={"BLOCK": 128})`), which enter the compile key.
 
 Where it runs: on the GPU where one is visible; without one, under Triton's interpreter
-(TRITON_INTERPRET=1) on CPU tensors ($TRITON_INTERPRET, when set, decides: `interpreting`). The
+(TRITON_INTERPRET=1) on CPU tensors ($TRITON_INTERPRET, when set, decides: toolchain.triton_interpreted). The
 interpreter computes in numpy, which has no bfloat16: a bfloat16 `tl.dot` gives garbage with no error,
 and libdevice calls fail. So a kernel whose jitted code or arguments hold bfloat16, or that calls
 libdevice, is never run by the interpreter (`unfaithful`): its artifact is unavailable on CPU (the case
@@ -40,10 +40,9 @@ import cloudpickle
 from ..model.errors import CompileError, StageFailed
 from ..model.origin import by_value
 from ..model.specs import declared_params, dtype_name, table_of
-from ..project.toolchain import gpu_visible
+from ..project.toolchain import TRITON_INTERPRET_ENV, triton_interpreted
 from .base import Artifact, KernelForm, world_size
 
-INTERPRET_ENV = "TRITON_INTERPRET"
 JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline")
 NOT_META = ("backend", "ranks")  # the options every form receives
 # what the interpreter gets wrong without an error (numpy has no bfloat16; libdevice is not emulated)
@@ -55,15 +54,6 @@ def installed() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return None
     return importlib.metadata.version("triton")
-
-
-def interpreting() -> bool:
-    """Whether Triton kernels run under the interpreter here: $TRITON_INTERPRET when set, else when no
-    NVIDIA GPU is visible."""
-    value = os.environ.get(INTERPRET_ENV)
-    if value is not None:
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return not gpu_visible()
 
 
 def _jitted(obj) -> bool:
@@ -145,12 +135,12 @@ class TritonKernel(KernelForm):
         """The launcher (and, through it, every @triton.jit function it reaches and their constants), its
         meta-parameters' defaults, Triton's version and whether it is interpreted here."""
         return {"launcher": fingerprinter.token(self.fn), "meta": fingerprinter.token(self.meta),
-                "triton": installed(), "interpreted": interpreting()}
+                "triton": installed(), "interpreted": triton_interpreted()}
 
     def __reduce__(self):
         """Crossing into another process (an isolated stage, a cluster node): the launcher as an artifact
         carries it, its Triton functions made again there in this process's mode."""
-        return _rebuilt, (_dumps(self.fn, {}), self.ranks, interpreting())
+        return _rebuilt, (_dumps(self.fn, {}), self.ranks, triton_interpreted())
 
     def params(self) -> list:
         return [dict(row) for row in self._params]
@@ -164,7 +154,7 @@ class TritonKernel(KernelForm):
         if unset := [k for k, v in meta.items() if v is inspect.Parameter.empty]:
             raise CompileError(f"kernel {self.name}: meta-parameter {unset[0]!r} has no default and the case's "
                                "options do not give it")
-        launch = {"device": "cpu" if interpreting() else "cuda", "meta": meta, "unavailable": None, "pinned": {}}
+        launch = {"device": "cpu" if triton_interpreted() else "cuda", "meta": meta, "unavailable": None, "pinned": {}}
         files = {}
         if installed() is None:
             launch["unavailable"] = ("a Triton kernel, and triton is not installed here "
@@ -189,7 +179,7 @@ def triton_kernel(fn=None, *, ranks=1):
 
 
 def _rebuilt(launcher: bytes, ranks: int, interpreted: bool) -> TritonKernel:
-    os.environ[INTERPRET_ENV] = "1" if interpreted else "0"
+    os.environ[TRITON_INTERPRET_ENV] = "1" if interpreted else "0"
     return TritonKernel(cloudpickle.loads(launcher), ranks)
 
 
@@ -221,12 +211,12 @@ class TritonArtifact(Artifact):
     def load(self):
         if reason := self.unavailable():
             raise StageFailed(reason)
-        os.environ[INTERPRET_ENV] = "1" if self.device == "cpu" else "0"  # read as each function is re-made
+        os.environ[TRITON_INTERPRET_ENV] = "1" if self.device == "cpu" else "0"  # read as each function is re-made
         import triton.language as tl  # noqa: PLC0415
 
         if (type(tl.zeros).__name__ == "InterpretedFunction") != (self.device == "cpu"):
             raise StageFailed(f"this process imported triton {'without' if self.device == 'cpu' else 'with'} "
-                              f"${INTERPRET_ENV} before the artifact could say how it runs (on {self.device}): "
+                              f"${TRITON_INTERPRET_ENV} before the artifact could say how it runs (on {self.device}): "
                               "Triton decides as it is imported whether its library functions are interpreted")
         launcher, meta = cloudpickle.loads(self.files["kernel.pkl"].read_bytes()), self.meta
 

@@ -5,8 +5,7 @@ kernel child would otherwise repeat, inherited by each fork instead. It ignores 
 import os
 import warnings
 
-from golden_tasks.forms.triton_form import INTERPRET_ENV, interpreting
-from golden_tasks.project import config
+from golden_tasks.project import config, toolchain
 
 # The probe below imports torch.utils.cpp_extension, which asks torch.cuda.is_available(): asked of the
 # CUDA driver, that marks every later fork of this process unable to use CUDA ("Cannot re-initialize CUDA
@@ -15,7 +14,7 @@ os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
 
 # Triton decides as it is imported whether its own library functions (tl.zeros, tl.sum) are interpreted, and
 # the import below imports it (torch._inductor does): every fork inherits the mode, so it is this machine's.
-os.environ.setdefault(INTERPRET_ENV, "1" if interpreting() else "0")
+toolchain.settle_triton_mode()
 
 config.quiet_third_party_logs()  # before the import below loads torch's cpp_extension
 import torch._inductor.cpu_vec_isa

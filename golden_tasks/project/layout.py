@@ -67,8 +67,12 @@ class Layout:
     def importable(self) -> None:
         """Put each kernel folder's parent first on sys.path (once), so its modules import by name in
         this process and in those started after (a forkserver takes sys.path along); the project's
-        code is user code there, wherever sys.path finds it (golden_tasks.model.origin)."""
+        code is user code there, wherever sys.path finds it (golden_tasks.model.origin); and Triton's
+        mode in the environment (toolchain.settle_triton_mode)."""
+        from .toolchain import settle_triton_mode  # noqa: PLC0415 -- toolchain imports config, which imports this
+
         add_project(self.root, *self.kernels)
+        settle_triton_mode()  # before a kernel module imports triton, here or in a process started after
         for root in dict.fromkeys(folder.parent for folder in reversed(self.kernels)):
             if str(root) not in sys.path:
                 sys.path.insert(0, str(root))

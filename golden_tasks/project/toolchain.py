@@ -17,6 +17,8 @@ from pathlib import Path
 from ..model.hashing import digest_bytes, digest_file, digest_json
 from . import config, sandbox
 
+TRITON_INTERPRET_ENV = "TRITON_INTERPRET"
+
 
 def compiler() -> tuple:
     """The C++ compiler command @cpp runs and AOTInductor uses: $CXX (a command line, such as
@@ -48,6 +50,22 @@ def _version(command: tuple, line: int) -> str:
 def gpu_visible() -> bool:
     """Whether an NVIDIA GPU is present and not hidden by $CUDA_VISIBLE_DEVICES (no torch, no driver call)."""
     return bool(glob.glob("/dev/nvidia[0-9]*")) and visible_gpus().strip() not in ("", "-1")
+
+
+def triton_interpreted() -> bool:
+    """Whether Triton kernels run under Triton's interpreter here: $TRITON_INTERPRET when set, else when no
+    NVIDIA GPU is visible."""
+    value = os.environ.get(TRITON_INTERPRET_ENV)
+    if value is not None:
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return not gpu_visible()
+
+
+def settle_triton_mode() -> None:
+    """$TRITON_INTERPRET as triton_interpreted() decides, for this process and those it starts. Triton reads it
+    as it imports its own library and as each @triton.jit function is decorated, so it is set before either
+    can happen: by a process that sees this machine's devices (a confined one may not)."""
+    os.environ.setdefault(TRITON_INTERPRET_ENV, "1" if triton_interpreted() else "0")
 
 
 def _cpu_flags() -> str:
