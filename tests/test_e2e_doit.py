@@ -172,12 +172,13 @@ for task in tasks:
         if callable(check):
             assert check() is True, task["name"]
             checked += 1
-heavy = sorted(m for m in sys.modules if m in ("torch", "ray") or m.startswith(("torch.", "ray.", "kernels")))
+heavy = sorted(m for m in sys.modules if m in ("torch", "ray", "triton")
+               or m.startswith(("torch.", "ray.", "triton.", "kernels")))
 print(checked, heavy)
 """
 
 
-def test_doit_parent_never_imports_torch_ray_or_kernels(fresh):
+def test_doit_parent_never_imports_torch_ray_triton_or_kernels(fresh):
     proc = subprocess.run([sys.executable, "-c", PARENT_CHECK], cwd=fresh.path, env=fresh.env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
