@@ -38,8 +38,9 @@ from pathlib import Path
 import cloudpickle
 
 from ..model.errors import CompileError, StageFailed
-from ..model.origin import by_value
+from ..model.origin import by_value, is_user_module
 from ..model.specs import declared_params, dtype_name, table_of
+from ..project.fingerprint import cell_filled
 from ..project.toolchain import TRITON_INTERPRET_ENV, triton_interpreted
 from .base import Artifact, KernelForm, world_size
 
@@ -78,22 +79,8 @@ def reached(fn) -> list:
             names.update(code.co_names)
             codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
         stack += [obj.__globals__[n] for n in sorted(names) if n in obj.__globals__]
-        stack += [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
-    return [f for f in found.values() if _user(f)]
-
-
-def _filled(cell) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 -- an empty cell raises
-    except ValueError:
-        return False
-    return True
-
-
-def _user(fn) -> bool:
-    from ..model.origin import is_user_module  # noqa: PLC0415
-
-    return is_user_module(fn.__module__)
+        stack += [c.cell_contents for c in obj.__closure__ or () if cell_filled(c)]
+    return [f for f in found.values() if is_user_module(f.__module__)]
 
 
 def unfaithful(launcher, specs: list) -> list:
@@ -154,6 +141,9 @@ class TritonKernel(KernelForm):
         if unset := [k for k, v in meta.items() if v is inspect.Parameter.empty]:
             raise CompileError(f"kernel {self.name}: meta-parameter {unset[0]!r} has no default and the case's "
                                "options do not give it")
+        if odd := [k for k, v in meta.items() if not isinstance(v, (bool, int, float, str))]:
+            raise CompileError(f"kernel {self.name}: meta-parameter {odd[0]!r} is {meta[odd[0]]!r}: a constexpr is "
+                               "a bool, int, float or str")
         launch = {"device": "cpu" if triton_interpreted() else "cuda", "meta": meta, "unavailable": None, "pinned": {}}
         files = {}
         if installed() is None:
@@ -166,7 +156,7 @@ class TritonKernel(KernelForm):
             files["kernel.pkl"] = Path(workdir) / "kernel.pkl"
             files["kernel.pkl"].write_bytes(_dumps(self.fn, launch["pinned"]))
         files["launch.json"] = Path(workdir) / "launch.json"
-        files["launch.json"].write_text(json.dumps(launch, sort_keys=True, default=repr))
+        files["launch.json"].write_text(json.dumps(launch, sort_keys=True))
         table = table_of(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])
         return TritonArtifact(table, files)
 
@@ -246,7 +236,7 @@ def _dumps(launcher, pinned: dict) -> bytes:
             options = obj.kwargs if hasattr(obj, "kwargs") else {k: getattr(obj, k) for k in JIT_OPTIONS}
             lines, first = inspect.getsourcelines(obj.fn)
             return _rejit, (obj.fn, {k: v for k, v in options.items() if k in JIT_OPTIONS and v is not None},
-                            (inspect.getsourcefile(obj.fn), first, lines))
+                            (obj.fn.__module__, first, lines))
 
     with by_value(), io.BytesIO() as out:
         Pickler(out).dump(launcher)
@@ -256,11 +246,11 @@ def _dumps(launcher, pinned: dict) -> bytes:
 def _rejit(fn, options: dict, source: tuple):
     """triton.jit(fn) where the artifact is loaded, in the mode it was made for. Triton reads a function's
     source (the interpreter rewrites it, the compiler parses it): it is the one the artifact holds, under
-    the name of the file it came from, marked as such (no file of that name is ever read for it)."""
+    the name of the module it came from, marked as such (no file of that name is ever read for it)."""
     import triton  # noqa: PLC0415
 
-    path, first, lines = source
-    name = f"{path} (as compiled)"
+    module, first, lines = source
+    name = f"{module} (as compiled)"  # its module, not its path: the artifact is the same in any checkout
     known = list(linecache.cache[name][2]) if name in linecache.cache else []  # the file's other functions
     known += ["\n"] * (first - 1 + len(lines) - len(known))
     known[first - 1:first - 1 + len(lines)] = lines

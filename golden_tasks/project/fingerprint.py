@@ -349,7 +349,7 @@ class Fingerprinter:
                 self.token(fn.__kwdefaults__), self.token(_attributes(vars(fn)))]  # fn.table = ..., __wrapped__
 
     def _cells(self, fn) -> list:
-        return [self.token(c.cell_contents) if _cell_filled(c) else "<empty>" for c in fn.__closure__ or ()]
+        return [self.token(c.cell_contents) if cell_filled(c) else "<empty>" for c in fn.__closure__ or ()]
 
     def _ref(self, value, modules: list):
         """The token of a value the code names; a user module is queued in `modules`, to be
@@ -411,7 +411,8 @@ class Fingerprinter:
                 list(code.co_freevars), list(code.co_cellvars)]
 
 
-def _cell_filled(cell) -> bool:
+def cell_filled(cell) -> bool:
+    """Whether a closure cell holds a value (a name assigned after the closure was made may not yet)."""
     try:
         cell.cell_contents  # noqa: B018 -- reading an empty cell raises
     except ValueError:
