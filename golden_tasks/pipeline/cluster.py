@@ -250,7 +250,8 @@ def _checkout(driver_root: str, expected: dict) -> Path:
     names a file that differs in both."""
     key = (driver_root, digest_bytes(repr(sorted(expected.items())).encode()))
     if key not in _arrived:
-        for root in (Path(driver_root), Path.cwd()):  # the working_dir last: its finding is the one reported
+        for root in (Path(driver_root), None):  # the working_dir last: its finding is the one reported
+            root = root or Path.cwd()  # asked only where the driver's checkout is not this one
             found = {rel: digest_file(root / rel) if (root / rel).is_file() else None for rel in expected}
             if differs := [(rel, digest) for rel, digest in found.items() if digest != expected[rel]]:
                 continue
