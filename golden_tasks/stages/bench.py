@@ -28,6 +28,7 @@ long as its slowest rank (the critical path), and a rank that is the slowest rou
 reported as a load imbalance.
 """
 import collections
+import dataclasses
 import functools
 import gc
 import os
@@ -57,6 +58,9 @@ MARK_WAIT_S = 10.0  # how long a rank waits for the caller to read its CPU time 
 NOOP_ROUNDS = 20  # rounds of the no-op call that measure the harness's own steps (CPU time, in the rank)
 _thread_time = time.thread_time  # bound before any kernel is loaded
 PROCESS_ROUNDS = 64  # timed rounds after each of which processes the kernel left running are looked for
+# The benchmark of a kernel whose timings are no performance figures (Artifact.timing_caveat: an emulator runs
+# it), whatever the settings: its rechecks (the sampled rounds, an unseen input set) but no more rounds
+EMULATED = {"warmup": 1, "rounds": 4}
 
 
 class _Fresh:
@@ -373,6 +377,8 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
     if reason := artifact.unavailable() or ranks.unavailable(artifact, plan.ranks):
         return Outputs(meta=BenchMeta(skipped=reason))
     rule, table = BenchSettings(**plan.bench), abi.meta.table
+    if artifact.timing_caveat():  # an emulated kernel's time is no figure: enough rounds for its rechecks
+        rule = dataclasses.replace(rule, **EMULATED)
     what = f"the kernel of {plan.case} (in its benchmark)"
     judged = not validate.skipped  # a case without a golden is timed, with nothing to judge against
     second = second_set(inputs, inputs2, golden2) if judged else "not checked: the case has no golden"
