@@ -87,6 +87,18 @@ def autotuned(x: In, out: Out):
     _tuned[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
 
 
+@triton.heuristics(values={"BLOCK": lambda args: 32})
+@triton.jit
+def _heuristic(X, OUT, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(OUT + i, tl.load(X + i, mask=i < n), mask=i < n)
+
+
+@triton_kernel
+def heuristic(x: In, out: Out):
+    _heuristic[(4,)](x, out, x.numel())
+
+
 def golden_same(t):
     t["out"].copy_(t["x"])
 
@@ -107,6 +119,7 @@ CASES = [
     Case("autotuned", SPECS, kernel=autotuned, golden=golden_twice, rtol=0.0, atol=0.0),
     Case("other_block", SPECS, kernel=reads_within, golden=golden_same, rtol=0.0, atol=0.0, options={"BLOCK": 64}),
     Case("unknown_option", SPECS, kernel=reads_within, golden=golden_same, options={"TILE": 64}),
+    Case("heuristic", SPECS, kernel=heuristic, golden=golden_same),
 ]
 '''
 
@@ -159,9 +172,10 @@ def test_reads_past_an_input_poison_the_output_and_the_rules_of_the_interpreter_
     """The interpreter checks no bounds: an input sits between NaN guards, so a read past its end (masked
     by `i < n` where `i + 1 < n` is meant) fails, where the honest control passes. A float32 kernel that
     rounds through bfloat16 inside is SKIPPED, by what it computes, not by its arguments' dtypes. An
-    autotuned kernel runs pinned to its first configuration; meta-parameters come from the options."""
+    autotuned kernel runs pinned to its first configuration (triton.heuristics is refused); meta-parameters come
+    from the options."""
     code, _, rows, err = _run(project, "reads_past_end", "reads_within", "rounds_through_bf16", "autotuned",
-                              "other_block", "unknown_option")
+                              "other_block", "unknown_option", "heuristic")
     assert code != 0
     attack = rows["reads_past_end"]
     assert attack["status"] == "FAIL" and attack["stages"]["validate"] == "FAILED", attack
@@ -177,6 +191,7 @@ def test_reads_past_an_input_poison_the_output_and_the_rules_of_the_interpreter_
     bad = rows["unknown_option"]
     assert bad["stages"]["compile"] == "FAILED" and "option 'TILE' is not one of its meta-parameters (BLOCK" in \
         bad["errors"]["compile"]
+    assert "only triton.jit and triton.autotune are supported" in rows["heuristic"]["errors"]["compile"]
     # the options enter the compile key: the same launcher at another BLOCK is another artifact
     keys = {e["case"]: e["key"] for e in project.entries("compile")}
     assert keys["other_block"] != keys["reads_within"]

@@ -42,7 +42,7 @@ from ..model.origin import by_value, is_user_module
 from ..model.specs import declared_params, dtype_name, table_of
 from ..project.fingerprint import cell_filled
 from ..project.toolchain import TRITON_INTERPRET_ENV, triton_interpreted
-from .base import Artifact, KernelForm, world_size
+from .base import Artifact, KernelForm
 
 JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline")
 NOT_META = ("backend", "ranks")  # the options every form receives
@@ -104,10 +104,9 @@ def unfaithful(launcher, specs: list) -> list:
 class TritonKernel(KernelForm):
     """A launcher of Triton kernels (see the module docstring)."""
 
-    def __init__(self, fn, ranks=1):
+    def __init__(self, fn):
         self.fn = fn
         self.name = fn.__name__
-        self.ranks = world_size(ranks, f"kernel {self.name}")
         self._params = declared_params(fn, meta_keywords=True)
         self.meta = {p.name: p.default for p in inspect.signature(fn).parameters.values()
                      if p.kind == p.KEYWORD_ONLY}
@@ -127,7 +126,7 @@ class TritonKernel(KernelForm):
     def __reduce__(self):
         """Crossing into another process (an isolated stage, a cluster node): the launcher as an artifact
         carries it, its Triton functions made again there in this process's mode."""
-        return _rebuilt, (_dumps(self.fn, {}), self.ranks, triton_interpreted())
+        return _rebuilt, (_dumps(self.fn, {}), triton_interpreted())
 
     def params(self) -> list:
         return [dict(row) for row in self._params]
@@ -161,16 +160,14 @@ class TritonKernel(KernelForm):
         return TritonArtifact(table, files)
 
 
-def triton_kernel(fn=None, *, ranks=1):
-    """Declare a Triton kernel by its launcher: `@triton_kernel` or `@triton_kernel(ranks=2)`."""
-    if fn is None:
-        return lambda f: TritonKernel(f, ranks)
-    return TritonKernel(fn, ranks)
+def triton_kernel(fn) -> TritonKernel:
+    """Declare a Triton kernel by its launcher: `@triton_kernel` (one rank)."""
+    return TritonKernel(fn)
 
 
-def _rebuilt(launcher: bytes, ranks: int, interpreted: bool) -> TritonKernel:
+def _rebuilt(launcher: bytes, interpreted: bool) -> TritonKernel:
     os.environ[TRITON_INTERPRET_ENV] = "1" if interpreted else "0"
-    return TritonKernel(cloudpickle.loads(launcher), ranks)
+    return TritonKernel(cloudpickle.loads(launcher))
 
 
 class TritonArtifact(Artifact):

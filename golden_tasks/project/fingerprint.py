@@ -72,7 +72,6 @@ _WRAPPERS_BY_NAME = {
     "triton.runtime.autotuner.Autotuner": ("fn", "configs", "keys", "restore_value", "early_config_prune",
                                            "perf_model", "configs_top_k", "user_defined_pre_hook",
                                            "user_defined_post_hook"),
-    "triton.runtime.autotuner.Heuristics": ("fn", "values"),
 }
 _BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
                       types.MethodWrapperType, types.ClassMethodDescriptorType)
