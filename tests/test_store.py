@@ -154,3 +154,18 @@ def test_files_get_the_mode_the_umask_gives_not_0600(tmp_path, mask):
               f"os.umask({mask:#o}); atomic_write(Path(sys.argv[1]), lambda f: f.write(b'x'))")
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "f")], check=True)
     assert (tmp_path / "f").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_a_read_only_store_keeps_its_own_copy_of_an_object_whose_root_copy_is_damaged(tmp_path):
+    """A read-only run that recomputes an output whose object lies damaged in the root (same digest) writes
+    its copy to the overlay and reads that one, leaving the root as it was (the root's copy shadowed the
+    recomputed one: a later stage then failed on the damage)."""
+    root = Store(tmp_path / "root")
+    digest = root.put_buffer(b"golden bytes")["digest"]
+    damaged = root.object_path(digest)
+    os.chmod(damaged, 0o644)
+    damaged.write_bytes(b"damaged byte")  # the same size
+    readonly = Store(tmp_path / "root", readonly=True, overlay=tmp_path / "overlay")
+    readonly.put_buffer(b"golden bytes")
+    assert readonly.object_path(digest).read_bytes() == b"golden bytes"
+    assert damaged.read_bytes() == b"damaged byte"

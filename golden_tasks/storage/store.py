@@ -160,10 +160,13 @@ class Store:
         return Path(self._object_file(digest))
 
     def _object_file(self, digest: str) -> str:
-        path = f"{self._root}/objects/{digest[:2]}/{digest}"
-        if self.overlay is not None and not os.path.exists(path):
-            return self.overlay._object_file(digest)
-        return path
+        """Its file here; a read-only store's overlay copy first: one written there was made in a read-only
+        run that found the root's copy damaged or missing (_write_object), and the root's is left in place."""
+        if self.overlay is not None:
+            written = self.overlay._object_file(digest)
+            if os.path.exists(written):
+                return written
+        return f"{self._root}/objects/{digest[:2]}/{digest}"
 
     def put_buffer(self, buf) -> dict:
         """Store a buffer-protocol object; return its object record (digest, nbytes)."""
@@ -184,11 +187,13 @@ class Store:
         return (p for p in (self.root / "objects").glob("*/*") if p.is_file())
 
     def _write_object(self, digest: str, write) -> None:
-        path = self.object_path(digest)
+        """Write the object unless this store has it. A read-only store writes to its overlay whatever the
+        overlay lacks: the root's copy under the same digest may be the damaged one this run recomputes."""
+        target = self.overlay if self.readonly else self
+        path = target.object_path(digest)
         if path.exists():
             return
-        target = self.overlay if self.readonly else self
-        atomic_write(target.root / "objects" / digest[:2] / digest, write)
+        atomic_write(path, write)
 
     # -- entries --------------------------------------------------------------
 
