@@ -103,8 +103,8 @@ def _version(module: str) -> str | None:
 @functools.cache
 def _wrapped(cls: type):
     """The attributes that make an instance of `cls` what it is, if it is a known wrapper (see _WRAPPERS)."""
-    return next((_WRAPPERS.get(c) or _WRAPPERS_BY_NAME.get(f"{c.__module__}.{c.__qualname__}") for c in cls.__mro__
-                 if c in _WRAPPERS or f"{c.__module__}.{c.__qualname__}" in _WRAPPERS_BY_NAME), None)
+    found = (_WRAPPERS.get(c) or _WRAPPERS_BY_NAME.get(f"{c.__module__}.{c.__qualname__}") for c in cls.__mro__)
+    return next((attrs for attrs in found if attrs), None)
 
 
 @functools.cache
