@@ -24,7 +24,8 @@ class Project:
                     "PYTHONWARNINGS": "ignore",
                     # runs/report.html only where a test reads it: plotting costs seconds on every run that changes
                     "GOLDEN_TASKS_HTML": "1" if html else "0"}
-        self.env.pop("GOLDEN_TASKS_CACHE_READONLY", None)
+        for inherited in ("GOLDEN_TASKS_CACHE_READONLY", "GOLDEN_TASKS_OVERLAY"):  # a test that set them in-process
+            self.env.pop(inherited, None)
 
     def command(self, *args):
         return [sys.executable, "-m", "doit", *args]

@@ -44,8 +44,9 @@ def test_locations_follow_the_environment(monkeypatch, tmp_path):
 
 
 def test_a_project_is_built_once_and_what_is_given_wins(monkeypatch, tmp_path):
-    for name in (config.CACHE_ENV, config.RUNS_ENV, config.READONLY_ENV, config.OVERLAY_ENV):
+    for name in (config.CACHE_ENV, config.RUNS_ENV, config.READONLY_ENV):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(config.OVERLAY_ENV, "")  # recorded, so the overlay the read-only store sets is undone after
     (tmp_path / "pyproject.toml").write_text('[tool.golden-tasks]\ncache = "store"\nruns = "out"\n')
     project = config.Project.at(tmp_path)
     assert config.Project.at(str(tmp_path / ".")) is project and project.store is project.store
@@ -56,6 +57,21 @@ def test_a_project_is_built_once_and_what_is_given_wins(monkeypatch, tmp_path):
     assert (given.cache, given.runs) == (tmp_path / "mine", tmp_path / "reports")
     monkeypatch.setenv(config.READONLY_ENV, "1")
     assert config.Project.at(tmp_path).store.readonly and not project.store.readonly
+
+
+def test_a_read_only_store_uses_an_overlay_only_for_the_cache_it_was_made_for(monkeypatch, tmp_path):
+    """GOLDEN_TASKS_OVERLAY inherited from a run over another cache would serve that run's objects before this
+    cache's own (hiding their damage): a new overlay is made. One made for this cache is shared. Overlays
+    hold computed answers: they are withheld from kernels like the cache."""
+    monkeypatch.setenv(config.READONLY_ENV, "1")
+    monkeypatch.setenv(config.OVERLAY_ENV, "")  # recorded: what the stores set is undone after
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    first = config.Project.at(tmp_path / "a", cache=tmp_path / "cache-a").store.overlay.root
+    second = config.Project.at(tmp_path / "b", cache=tmp_path / "cache-b").store.overlay.root
+    assert first != second and os.environ[config.OVERLAY_ENV] == str(second)
+    assert config.Project.at(tmp_path / "c", cache=tmp_path / "cache-b").store.overlay.root == second
+    assert {first, second} <= config.Project.answer_folders()
 
 
 def test_profile_follows_the_environment_and_the_doit_variable(monkeypatch):

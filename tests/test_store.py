@@ -2,11 +2,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
-from golden_tasks.storage.store import Store
+from golden_tasks.storage import store as store_module
+from golden_tasks.storage.store import RACY_NS, Store
 from golden_tasks.storage.tensors import load_tensor, put_tensor
 
 
@@ -82,6 +84,35 @@ def test_a_flip_is_caught_on_load_even_when_mtime_is_unchanged(store):
     assert Store(store.root).get("inputs", "k") is not None  # the cheap status check cannot see it
     with pytest.raises(ValueError, match="does not match its digest"):
         load_tensor(store, record)
+
+
+def test_an_object_damaged_within_its_timestamps_granularity_is_found_damaged(store, capsys):
+    """git's racy-clean case: a write within the file system's timestamp granularity of the recorded one
+    leaves the same mtime (and a flip, the same size); a stat recorded that close to the commit proves
+    nothing, so the object is re-hashed."""
+    obj = {**put_tensor(store, torch.arange(64, dtype=torch.float32)), "kind": "tensor"}
+    path = store.object_path(obj["digest"])
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))  # written just now (an object written before the stamping, say)
+    store.commit("inputs", "k", "case", {"x": obj}, {}, {})
+    flip_byte(path)
+    os.utime(path, ns=(now, now))  # the damaging write, in the same tick of the file system's clock
+    assert Store(store.root).get("inputs", "k") is None
+    assert "object 'x' content does not match its digest" in capsys.readouterr().err
+
+
+def test_a_stored_object_is_stamped_in_the_past_so_its_stat_proves_it_unchanged(store, monkeypatch):
+    """Every object is stamped RACY_NS before its write: any later write gives it another time, so a lookup
+    trusts its size and mtime and reads nothing (a no-op run re-hashes no object)."""
+    path = stored_entry(store)
+    entry = Store(store.root).get("inputs", "k")
+    digest = entry.objects["x"]["digest"]
+    assert entry.proof_of_content(digest) == os.stat(path).st_mtime_ns <= time.time_ns() - RACY_NS
+    monkeypatch.setattr(store_module, "digest_file", lambda path: pytest.fail(f"{path} was re-hashed"))
+    assert Store(store.root).get("inputs", "k") == entry
+    flip_byte(path)  # now: another time
+    monkeypatch.undo()
+    assert Store(store.root).get("inputs", "k") is None
 
 
 def test_read_only_store_writes_only_to_its_overlay(store, tmp_path):

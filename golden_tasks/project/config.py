@@ -192,15 +192,19 @@ class Project:
     @functools.cached_property
     def store(self) -> Store:
         """The store at `cache`. With GOLDEN_TASKS_CACHE_READONLY=1 nothing is written there: results this
-        run computes go to a scratch overlay, shared with forked workers through GOLDEN_TASKS_OVERLAY and
-        removed when the process that made it exits."""
+        run computes go to a scratch overlay, shared with the processes it starts through GOLDEN_TASKS_OVERLAY
+        and removed when the process that made it exits. An overlay is used only for the cache it was made
+        for (its file OVERLAID names it): one inherited from an unrelated run, over another cache, would
+        serve that run's objects before this cache's own, and hide their damage."""
         if not readonly():
             return Store(self.cache)
-        if not os.environ.get(OVERLAY_ENV):
+        overlay = os.environ.get(OVERLAY_ENV)
+        if not overlay or _overlaid(Path(overlay)) != str(self.cache):
             overlay = tempfile.mkdtemp(prefix="golden-tasks-overlay-")
-            os.environ[OVERLAY_ENV] = overlay
             atexit.register(shutil.rmtree, overlay, True)
-        return Store(self.cache, readonly=True, overlay=os.environ[OVERLAY_ENV])
+            (Path(overlay) / OVERLAID).write_text(str(self.cache))
+            os.environ[OVERLAY_ENV] = overlay
+        return Store(self.cache, readonly=True, overlay=overlay)
 
     @classmethod
     def at(cls, root: Path = None, cache: Path = None, runs: Path = None) -> "Project":
@@ -220,11 +224,23 @@ class Project:
     @staticmethod
     def answer_folders() -> set:
         """The store and runs folders of every project this process has built, and of the one in the
-        current directory: where the answers are, which a kernel must not read."""
-        return {folder for project in (*_built.values(), Project.at()) for folder in (project.cache, project.runs)}
+        current directory, and the overlays of the read-only stores it opened: where the answers are, which
+        a kernel must not read."""
+        projects = (*_built.values(), Project.at())
+        overlays = {p.store.overlay.root for p in projects if "store" in p.__dict__ and p.store.overlay}
+        return {folder for project in projects for folder in (project.cache, project.runs)} | overlays
 
 
 _built = {}  # Project.at's projects, by what they were built from
+OVERLAID = "OVERLAID"  # the file in an overlay that names the cache it overlays
+
+
+def _overlaid(overlay: Path) -> str | None:
+    """The cache the overlay at `overlay` was made for, or None."""
+    try:
+        return (overlay / OVERLAID).read_text()
+    except OSError:
+        return None
 
 
 def _folder(given: Path, env: str, declared: Path, default: Path) -> Path:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..model.hashing import digest_bytes, digest_file
 from ..model.origin import is_user_file, is_user_module
+from ..storage.store import RACY_NS
 
 _SYSTEM = ("/proc/", "/sys/", "/dev/")
 # os.environ, Mapping.get
@@ -29,12 +30,23 @@ _ENVIRON_FRAMES = (os.__file__, "<frozen os>", "_collections_abc.py", "<frozen _
 class Observer:
     """While active (a `with` block), records reads by the code that runs: `files` opened for
     reading, `dirs` listed, `env` variables read by user code, and `import_dirs` the import
-    system listed (a failed import is cured by a new file in one of them)."""
+    system listed (a failed import is cured by a new file in one of them). With a `log` (a file
+    descriptor), each read is also written there as it is recorded, a line "KIND\tNAME" (`logged`
+    reads them back), so that what a process read is known even if it dies mid-import."""
 
     _active = None  # one observer at a time; audit hooks cannot be removed, so one hook checks this
 
-    def __init__(self):
+    def __init__(self, log: int = None):
         self.files, self.dirs, self.env, self.import_dirs = set(), set(), set(), set()
+        self.log = log
+
+    def add(self, kind: str, name: str) -> None:
+        """Record a read: `kind` is files, dirs, env or import_dirs."""
+        found = getattr(self, kind)
+        if name not in found:
+            found.add(name)
+            if self.log is not None:
+                os.write(self.log, f"{kind}\t{name}\n".encode(errors="surrogateescape"))
 
     def __enter__(self):
         if not getattr(Observer, "_hooked", False):
@@ -51,6 +63,16 @@ class Observer:
         """The current state of everything read: compare it with `changed` later. A failed
         plan also depends on the directories imports searched."""
         return snapshot(self.files, self.dirs | (self.import_dirs if failed else set()), self.env)
+
+
+def logged(text: str) -> dict:
+    """The reads an Observer's log holds (its text): kind -> set of names."""
+    found = {"files": set(), "dirs": set(), "env": set(), "import_dirs": set()}
+    for line in text.splitlines():
+        kind, _, name = line.partition("\t")
+        if kind in found:
+            found[kind].add(name)
+    return found
 
 
 def _interesting(path) -> str:
@@ -111,9 +133,9 @@ def _record(observer: Observer, event: str, args: tuple, reader) -> None:
     if path is None:
         return
     if event != "open":
-        (observer.import_dirs if _in_import_system(reader) else observer.dirs).add(path)
+        observer.add("import_dirs" if _in_import_system(reader) else "dirs", path)
     elif _reads(args[1], args[2] if len(args) > 2 else None) and not _in_import_system(reader):
-        observer.files.add(path)
+        observer.add("files", path)
 
 
 def _user_caller(frame) -> bool:
@@ -129,7 +151,7 @@ class _RecordingEnviron(os._Environ):
     def __getitem__(self, key):
         observer = Observer._active
         if observer is not None and isinstance(key, str) and _unless_observing(_user_caller, sys._getframe(1)):
-            observer.env.add(key)
+            observer.add("env", key)
         return super().__getitem__(key)
 
 
@@ -167,9 +189,8 @@ def _stat(path: str):
 
 
 _CONTENT = {"files": _file_state, "dirs": listing_digest}
-# A file modified this close to the snapshot may change again within its timestamp's granularity (2 s on
-# the coarsest file systems) without its stat showing it: its content is compared (git's racy-clean rule).
-RACY_NS = 2_000_000_000
+# A file modified within RACY_NS of the snapshot may change again within its timestamp's granularity
+# without its stat showing it: its content is compared (git's racy-clean rule).
 
 
 def snapshot(files=(), dirs=(), env=()) -> dict:

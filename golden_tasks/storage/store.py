@@ -15,8 +15,13 @@ never leaves a half-written entry that a later run trusts.
 Every object's digest is recorded in the entries that use it, and an entry's
 own digest covers its objects and metadata. Looking an entry up checks that
 digest and each object's size, and re-hashes an object whose modification time
-differs from the one recorded; loading an object re-hashes it. An object that
-no longer matches makes its entry a miss, with a warning naming the entry.
+differs from the one recorded, or was recorded too close to the commit for a
+later write to show in it (git's "racy clean" rule: a file system stamps a write
+at the granularity of its clock, up to RACY_NS); loading an object re-hashes it.
+So that this costs nothing for the objects a run writes, each is stamped as
+written RACY_NS in the past, before its name appears: any later write gives it
+another time. An object that no longer matches makes its entry a miss, with a
+warning naming the entry.
 Lookups always read the disk: another process may have replaced an entry (a
 dropped one recomputed), and a remembered entry would make keys that no
 longer exist.
@@ -41,6 +46,10 @@ from pathlib import Path
 from ..model.errors import VerificationFailure
 from ..model.hashing import digest_bytes, digest_file, digest_json
 
+# The coarsest timestamp granularity of the file systems a cache or a source tree may live on (2 s: FAT, some
+# network file systems): two writes this close may carry the same modification time.
+RACY_NS = 2_000_000_000
+
 
 class CacheWriteError(VerificationFailure):
     """The cache cannot be written (permissions, full disk)."""
@@ -61,9 +70,9 @@ class Entry:
 
     `digest` covers every object and `meta`, the deterministic part that
     downstream keys read; `stats` (timings), `recipe` (the digest of the object
-    that holds what went into the key: Store.recipe) and `seen` (each object's
-    mtime when recorded) are informational and kept out of it, so that a re-run
-    producing the same outputs keeps its digest.
+    that holds what went into the key: Store.recipe), `seen` (each object's
+    mtime when recorded) and `committed` (when, in ns) are informational and kept
+    out of it, so that a re-run producing the same outputs keeps its digest.
     """
     stage: str
     key: str
@@ -74,10 +83,17 @@ class Entry:
     stats: dict
     recipe: str = None
     seen: dict = field(default_factory=dict)
+    committed: int = None
 
     def intact(self) -> bool:
         """Whether the objects and metadata are still those its digest was made from."""
         return digest_json({"objects": self.objects, "meta": self.meta}) == self.digest
+
+    def proof_of_content(self, digest: str) -> int | None:
+        """The modification time that shows an object unchanged since the commit: the one recorded, if it
+        is RACY_NS older than the commit (a write after the commit then gives another time), else None."""
+        seen = self.seen.get(digest)
+        return seen if seen is not None and self.committed and seen <= self.committed - RACY_NS else None
 
 
 _DAMAGED = object()  # Store._read: an entry file whose content no longer matches its digest
@@ -100,10 +116,10 @@ def umask() -> int:
         return mask
 
 
-def atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write, mtime_ns: int = None) -> None:
     """Write `path` through a temporary file and a rename; nothing partial ever appears. The file gets the
     mode a plain open() would give it (0666 less the umask: a team sharing a cache reads each other's
-    files), not the temporary file's 0600."""
+    files), not the temporary file's 0600, and `mtime_ns` as its modification time if given."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -114,6 +130,8 @@ def atomic_write(path: Path, write) -> None:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
+            if mtime_ns is not None:
+                os.utime(f.fileno(), ns=(mtime_ns, mtime_ns))
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
@@ -187,13 +205,14 @@ class Store:
         return (p for p in (self.root / "objects").glob("*/*") if p.is_file())
 
     def _write_object(self, digest: str, write) -> None:
-        """Write the object unless this store has it. A read-only store writes to its overlay whatever the
-        overlay lacks: the root's copy under the same digest may be the damaged one this run recomputes."""
+        """Write the object unless this store has it, stamped RACY_NS in the past (see the module). A
+        read-only store writes to its overlay whatever the overlay lacks: the root's copy under the same
+        digest may be the damaged one this run recomputes."""
         target = self.overlay if self.readonly else self
         path = target.object_path(digest)
         if path.exists():
             return
-        atomic_write(path, write)
+        atomic_write(path, write, mtime_ns=time.time_ns() - RACY_NS)
 
     # -- entries --------------------------------------------------------------
 
@@ -222,7 +241,9 @@ class Store:
         An entry file is parsed and its digest checked once per process while a
         stat of it (inode, size, mtime) is unchanged: entries are replaced only by
         rename, so any new content is a new stat. Its objects are stat'ed on every
-        call. Nothing is written: use is recorded once per run (record_use).
+        call, and re-hashed unless size and mtime prove them unchanged
+        (Entry.proof_of_content). Nothing is written: use is recorded once per run
+        (record_use).
         """
         entry = None if (stage, key) in self._bad else self._read(stage, key)
         if entry is None and self.overlay is not None:
@@ -233,9 +254,10 @@ class Store:
             return None
         for name, record in entry.objects.items():
             path = self._object_file(record["digest"])
+            proof = entry.proof_of_content(record["digest"])
             try:
                 st = os.stat(path)
-                unchanged = st.st_size == record["nbytes"] and st.st_mtime_ns == entry.seen.get(record["digest"])
+                unchanged = proof is not None and st.st_size == record["nbytes"] and st.st_mtime_ns == proof
             except OSError:
                 unchanged = False
             problem = None if unchanged else object_problem(path, record)
@@ -283,10 +305,11 @@ class Store:
         """Record a stage output whose objects are already stored."""
         digest = digest_json({"objects": objects, "meta": meta})
         seen = {r["digest"]: os.stat(self.object_path(r["digest"])).st_mtime_ns for r in objects.values()}
+        committed = time.time_ns()  # after the stats: a write after them has a later time than these
         # the recipe (a kilobyte or more) is read only by `golden-tasks explain`: an object of its own
         made = recipe and self.put_buffer(json.dumps(recipe, sort_keys=True).encode())["digest"]
         entry = Entry(stage=stage, key=key, case=case, digest=digest, objects=objects, meta=meta, stats=stats,
-                      recipe=made, seen=seen)
+                      recipe=made, seen=seen, committed=committed)
         target = self.overlay if self.readonly else self
         text = json.dumps(entry.__dict__, sort_keys=True, indent=1).encode()
         atomic_write(target.entry_path(stage, key), lambda f: f.write(text))
