@@ -3,9 +3,14 @@ ray.cluster_utils.Cluster), driven by real doit in a temporary project. One clus
 this file (under xdist the file stays on one worker: --dist loadfile)."""
 import json
 import os
+import re
+import shlex
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -255,3 +260,71 @@ def test_golden_tasks_run_takes_the_same_choice(ray_cluster, tmp_path):
     out = subprocess.run([sys.executable, "check.py"], cwd=proj.path, capture_output=True, text=True, timeout=600,
                          env={**proj.env, "RAY_ADDRESS": ray_cluster.address})
     assert out.returncode == 0 and out.stdout.split("\n")[-2] == "PASS ['ran']", out.stdout + out.stderr
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "cluster.md"
+
+
+def _documented(start: str, port: int) -> list:
+    """The command line of docs/cluster.md that begins with `start`, as its words, with the head at `port` here."""
+    (line,) = [line for line in DOCS.read_text().splitlines() if line.startswith(start)]
+    return shlex.split(line.replace("head.example.com", "127.0.0.1").replace("6379", str(port)))
+
+
+def _stop(folder: Path) -> list:
+    """Stop the Ray processes that keep their files in `folder` (a cluster's --temp-dir), and return those left
+    (none): `ray stop` would stop every cluster of this machine, this file's own too."""
+    def ours():
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and str(folder).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in ours():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    shutil.rmtree(folder, ignore_errors=True)
+    return ours()
+
+
+def test_the_documented_commands_start_a_cluster_of_this_machines_class(tmp_path):
+    """docs/cluster.md's own commands: `golden-tasks node --head ...` starts a head, `golden-tasks node --address
+    ...` joins a node to it (its arguments reach `ray start` as they are: argparse once refused --head), both
+    of this machine's class, and the documented driver's run verifies on them; then the cluster is stopped.
+    The head offers no CPU, so every task ran on the joined node. Token authentication is as the machine
+    has it: on where it holds a token, and then for the node and the driver too."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    folder = Path(tempfile.mkdtemp(prefix="gt-ray-", dir="/tmp"))  # short: Ray's socket paths lie below it
+    proj = Project(tmp_path / "p", modules=("hello_world",))
+    env = {k: v for k, v in proj.env.items() if not k.startswith("RAY_")}  # a new shell's: no cluster named
+    try:
+        head = subprocess.run([*_documented("golden-tasks node --head", port), "--num-cpus", "0", "--temp-dir",
+                               str(folder), "--include-dashboard", "false", "--disable-usage-stats"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert head.returncode == 0, head.stdout + head.stderr
+        assert f"node class {node_class()}" in head.stdout
+        node = subprocess.run([*_documented("golden-tasks node --address", port), "--num-cpus", "2",
+                               "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=300)
+        assert node.returncode == 0, node.stdout + node.stderr
+        driver = _documented("RAY_ADDRESS=", port)
+        address = driver.pop(0).partition("=")[2]
+        assert driver[:2] == ["doit", "-n"] and address == f"127.0.0.1:{port}"
+        run = subprocess.run([sys.executable, "-m", *driver, "backend=eager"], cwd=proj.path,
+                             env={**env, "RAY_ADDRESS": address}, capture_output=True, text=True,
+                             timeout=900)
+        assert run.returncode == 0, _told(proj, run)
+        assert re.search(rf"^ray: \d+ tasks submitted to \S+:{port}$", run.stdout, re.M), run.stdout
+    finally:
+        left = _stop(folder)
+    assert not left, f"still running after the cluster was stopped: {left}"

@@ -78,3 +78,21 @@ def test_a_cluster_that_does_not_answer_fails_the_run_at_once_naming_its_address
     errors = record["cases"][0]["errors"]
     assert code != 0 and record["cases"][0]["status"] == "FAIL" and errors
     assert all(f"cannot reach the Ray cluster at 127.0.0.1:{port}" in e for e in errors.values()), errors
+
+
+def test_the_json_reporter_of_a_ray_run_that_fails_a_case_is_whole(tmp_path):
+    """What a CI job on a cluster reads: doit's JSON on stdout and nothing else, whatever the outcome, the
+    failing case beside a passing one (a failure stops nothing), the record, and runs/report.html drawn
+    again by this run, with no traceback. doit's -n workers are threads there: an action's output, which
+    doit captures by swapping sys.stdout, is not captured (two threads swapping it left it swapped, and the
+    JSON reporter, which restores and reads it at the end, printed nothing)."""
+    proj = Project(tmp_path / "p", modules=("hello_world", "rms_norm"), html=True)
+    proj.edit("hello_world", "torch.sub(x, y, alpha=-1)", "torch.sub(x, y)")
+    proj.env.pop("RAY_ADDRESS", None)  # a Ray instance of the run's own
+    code, results, report, err = proj.doit("-n", "2", "verify", "executor=ray", "backend=eager", "rounds=3")
+    assert code != 0 and results["validate:hello_world"] == "fail" and results["validate:rms_norm"] == "success"
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    record = json.loads((proj.path / "runs" / "report.json").read_text())
+    assert {c["case"]: c["status"] for c in record["cases"]} == {"hello_world": "FAIL", "rms_norm": "PASS"}
+    page = proj.path / "runs" / "report.html"
+    assert page.stat().st_mtime >= record["finished"] and "hello_world" in page.read_text()

@@ -219,6 +219,18 @@ def test_a_pools_ranks_meet_in_their_own_network_and_reach_no_other(tmp_path):
     assert r["forkserver"].errno == r["other"].errno == errno.EPERM  # socket(AF_UNIX) itself
 
 
+def test_a_pools_loopback_has_names_though_no_name_server_answers_there(tmp_path):
+    """torch's store looks up the name of its ranks' (IPv4-mapped) loopback address; a pool's network has no
+    name server, so /etc/hosts names it there, and the lookup answers instead of failing (EAI_AGAIN: a c10d
+    warning per rank). Only the pool's mount namespace sees that /etc/hosts."""
+    with isolate.pool_network() as network:
+        r = confined(tmp_path, {"mapped": lambda: socket.getnameinfo(("::ffff:127.0.0.1", 80), socket.NI_NAMEREQD),
+                                "hosts": lambda: Path("/etc/hosts").read_text()}, pool=network.holder)
+    assert r["mapped"] == ("localhost", "http"), r["mapped"]
+    assert r["hosts"].endswith(sandbox.LOOPBACK_NAMES) and not Path("/etc/hosts").read_text().endswith(
+        sandbox.LOOPBACK_NAMES)
+
+
 def test_a_gpu_pools_ranks_keep_unix_sockets_but_find_the_forkservers_covered(tmp_path):
     """A GPU pool's ranks (no Landlock; NCCL's unix sockets) find the multiprocessing forkservers'
     folders covered; the user's other pathname listeners stay reachable (a known gap, GPU_GAPS)."""

@@ -123,8 +123,8 @@ def broken(project):
 
 
 def test_a_failing_case_gets_one_reason_line_and_a_log(broken):
-    proc = broken.console("-n", "2", "--continue", "verify", "backend=eager", *FAST)
-    assert proc.returncode == 1  # a case failed: doit's status 1, with --continue and -n as without
+    proc = broken.console("-n", "2", "verify", "backend=eager", *FAST)
+    assert proc.returncode == 1  # a case failed: doit's status 1, with --no-continue and -n as without
     assert proc.stdout.splitlines()[-1] == "2 cases: 1 FAIL, 1 PASS"
     # the figure that failed is shown, not "-"
     assert re.search(r"^hello_world +FAIL( +\S+){10} +[0-9.]+e[+-]\d\d ", proc.stdout, re.M), proc.stdout
@@ -142,10 +142,32 @@ def test_a_failing_case_gets_one_reason_line_and_a_log(broken):
     assert full.returncode == 1
 
 
-def test_the_json_reporter_run_writes_the_record_too(broken):
+def test_a_failing_case_never_keeps_the_others_from_their_verdicts(broken):
+    """One run, one worker: hello_world fails first, and warns (edited, so that it has stages to run) is still
+    verified after it; `--no-continue` stops at the failure and names the cases it left."""
+    broken.edit("warns", "x + 1", "1 + x")
+    try:
+        proc = broken.console("verify", "backend=eager", *FAST)
+        assert proc.returncode == 1 and proc.stdout.splitlines()[-1] == "2 cases: 1 FAIL, 1 PASS", proc.stdout
+        (warns,) = [line.split() for line in proc.stdout.splitlines() if line.startswith("warns ")]
+        assert warns[1] == "PASS" and "ran" in warns[2:12] and "not reached" not in proc.stdout  # ran after the failure
+        broken.edit("warns", "1 + x", "x + 1.0")
+        stopped = broken.console("--no-continue", "verify", "backend=eager", *FAST)
+        assert stopped.returncode == 1 and re.search(r"^warns +INCOMPLETE ", stopped.stdout, re.M), stopped.stdout
+        assert "not reached: warns (--no-continue stopped the run at the first failure)" in stopped.stdout
+    finally:
+        (broken.path / "kernels" / "warns.py").write_text(WARNS)
+
+
+def test_the_json_reporter_run_writes_the_record_and_a_fresh_page(broken):
+    """What a CI job runs: valid JSON on stdout, the record, and runs/report.html drawn again by this run
+    (it is drawn as the doit parent exits), with no traceback."""
+    page = broken.path / "runs" / "report.html"
+    page.unlink(missing_ok=True)
     before = time.time()
-    code, results, _, _ = broken.doit("--continue", "verify", "backend=eager", *FAST)
+    code, results, _, err = broken.doit("verify", "backend=eager", *FAST)
     assert code != 0 and results["validate:hello_world"] == "fail"
+    assert "Traceback" not in err and "Exception ignored" not in err, err
     record = json.loads((broken.path / "runs" / "report.json").read_text())
     assert record["started"] >= before - 60 and record["finished"] >= record["started"]
     assert not record["passed"]
@@ -157,7 +179,8 @@ def test_the_json_reporter_run_writes_the_record_too(broken):
     assert (broken.path / "runs" / "hello_world.log").exists()
     junit = ElementTree.parse(broken.path / "runs" / "report.xml").getroot()
     assert junit.get("failures") == "1" and junit.find("testcase[@name='hello_world']/failure") is not None
-    page = (broken.path / "runs" / "report.html").read_text()
+    assert page.stat().st_mtime >= before
+    page = page.read_text()
     assert page.startswith("<!DOCTYPE html>") and "hello_world" in page
     # the case passes again: its log goes
     broken.restore("hello_world")

@@ -6,13 +6,15 @@
     golden-tasks explain STAGE:CASE     why a stage is (not) up to date
     golden-tasks replay RUNTIME_DIR     re-run a saved case: no compile, no kernel import
     golden-tasks compare A.json B.json  two run records case by case: status changes, timing verdicts
+    golden-tasks node ARGS              start this machine as a Ray node of its class: `ray start ARGS`
 
---project DIR and --cache DIR go before or after the subcommand.
+--project DIR and --cache DIR go before or after the subcommand (after `node`, every argument is ray start's).
 """
 import argparse
 import functools
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from ..model.hashing import digest_file
 from ..pipeline import graph
-from ..pipeline.cluster import start_node
+from ..pipeline.cluster import joining_environment, start_node
 from ..planning.library import planned_library, run_variables, unknown_variables
 from ..project import config
 from ..project.fingerprint_parts import changed_parts
@@ -275,7 +277,22 @@ def _watch(project: Path, selection: list) -> int:
         return 2
 
 
+def _ray_start_arguments(argv: list) -> tuple[list, list]:
+    """(the command line up to `node`, what follows it: `ray start`'s arguments, passed on as they are).
+    argparse would read `--head` and `--port` as options of its own, which a REMAINDER takes none of."""
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("--project", "--cache"):  # the options that come with a value
+            i += 2
+        elif argv[i].startswith("-"):
+            i += 1
+        else:  # the subcommand
+            return (argv[:i + 1], argv[i + 1:]) if argv[i] == "node" else (argv, [])
+    return argv, []
+
+
 def main(argv=None) -> int:
+    argv, ray_args = _ray_start_arguments(sys.argv[1:] if argv is None else list(argv))
     parser = argparse.ArgumentParser(prog="golden-tasks", description="Inspect and manage the golden-tasks cache.")
     _global_options(parser, project=Path.cwd(), cache=None)
     # The same options after the subcommand too (`replay DIR --project P`); there their default is SUPPRESS,
@@ -304,9 +321,9 @@ def main(argv=None) -> int:
     watch_p = command("watch", help="verify again on every save of a file the cases depend on (Ctrl-C stops)")
     watch_p.add_argument("selection", nargs="*", metavar="verify:CASE | NAME=VALUE",
                          help="the cases to watch (default: every case) and doit variables for their runs")
-    node_p = command("node", help="start this machine as a Ray node of its class, for executor=ray: `ray start "
-                                  "ARGS` with the class's resource added (docs/cluster.md)")
-    node_p.add_argument("ray_args", nargs=argparse.REMAINDER, metavar="ARGS", help="ray start's: --head, --address ...")
+    command("node", usage="golden-tasks node ARGS", help="start this machine as a Ray node of its class, for "
+            "executor=ray: `ray start ARGS` (--head, --address ..., every argument after node is ray start's) with "
+            "the class's resource added (docs/cluster.md)")
     explain_p = command("explain", help="why STAGE:CASE is (not) up to date")
     explain_p.add_argument("target", metavar="STAGE:CASE")
     compare_p = command("compare", help="compare two run records (runs/report.json): status changes and "
@@ -348,12 +365,12 @@ def main(argv=None) -> int:
         return _watch(args.project, args.selection)
     if args.command == "node":
         try:
-            started = start_node(args.ray_args)
+            started = start_node(ray_args)
         except ValueError as exc:
             print(f"golden-tasks node: {exc}", file=sys.stderr)
             return 2
         print(f"node class {node_class()} (this machine's toolchain and hardware)", flush=True)
-        return subprocess.call(started)
+        return subprocess.call(started, env={**os.environ, **joining_environment()})
     if args.command == "replay":
         from ..pipeline.replay import main as replay_main  # noqa: PLC0415 -- imports torch
 

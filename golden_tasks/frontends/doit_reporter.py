@@ -139,8 +139,8 @@ class SummaryReporter(ConsoleReporter):
         unjudged = [r for r in rows if r.status.failed]
         unreached = [r.case for r in unjudged if r.status == Verdict.INCOMPLETE]
         if unreached and self.failures:
-            self.write(f"not reached: {', '.join(unreached)} (doit stops at the first failure; "
-                       "--continue runs the rest)\n")
+            self.write(f"not reached: {', '.join(unreached)} (--no-continue stopped the run at the first "
+                       "failure)\n")
         self.outstream.flush()  # the table first: the page takes a few seconds to draw
         session.draw(lambda line: (self.write(line + "\n"), self.outstream.flush()))
         runs = session.project.runs
@@ -148,7 +148,8 @@ class SummaryReporter(ConsoleReporter):
         if config.executor() == "ray":
             ray = cluster.cluster(session.root)
             self.write(f"ray: {ray.submitted} task{'s' * (ray.submitted != 1)} submitted to {ray.address}\n"
-                       if ray.address else "ray: nothing to run, so no connection to a cluster\n")
+                       if ray.address else f"ray: not connected: {ray.unreachable}\n" if ray.unreachable
+                       else "ray: nothing to run, so no connection to a cluster\n")
         if any(r.stages.get("compile") == StageState.RAN for r in rows) and config.sandbox() == "auto" \
                 and (reason := sandbox.support()):
             self.write(f"note: kernels ran unconfined: {reason} (docs/threat-model.md)\n")
@@ -159,7 +160,7 @@ class SummaryReporter(ConsoleReporter):
         raise SystemExit(self.exit_status(record))
 
     def exit_status(self, record: RunRecord) -> int:
-        """doit's meanings, the same with or without --continue and -n: 0 when every case is PASS or
+        """doit's meanings, the same with or without --no-continue and -n: 0 when every case is PASS or
         SKIPPED, 1 when a case failed (its stage failed, or it is not judged although none did), 2 when
         something other than a case's verdict went wrong while running (an up-to-date check or action
         that raised, a runtime error of doit's)."""

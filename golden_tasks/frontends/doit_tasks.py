@@ -80,10 +80,10 @@ def _ready_to_run(torch_stage: bool) -> None:
         _ready["collects"] = pid
 
 
-def _outcome(task: str, message: str = None, max_abs: float = None):
-    """A task action's result for doit, journaled: True, or TaskFailed with `message` (and the failed
-    validation's largest error, `max_abs`)."""
-    doit_session.current.journal(task, StageState.FAILED if message else StageState.RAN, message, max_abs)
+def _outcome(task: str, message: str = None, worst=None):
+    """A task action's result for doit, journaled: True, or TaskFailed with `message` (and what a failed
+    validation found at worst: outputs.Worst)."""
+    doit_session.current.journal(task, StageState.FAILED if message else StageState.RAN, message, worst)
     return TaskFailed(f"{task}: {message}") if message else True
 
 
@@ -102,7 +102,7 @@ def _run_stage(stage: str, case: str):
         return _outcome(task, str(exc))
     except Exception as exc:  # noqa: BLE001 -- one clear message; a traceback only for the unexpected
         detail = "" if isinstance(exc, VerificationFailure) else "\n" + "".join(traceback.format_exception(exc))
-        return _outcome(task, f"{exc}{detail}", getattr(exc, "max_abs", None))
+        return _outcome(task, f"{exc}{detail}", getattr(exc, "worst", None))
     return _outcome(task)
 
 
@@ -187,6 +187,10 @@ def tasks_for(root: Path, variables=()) -> dict:
             usage_error("executor=ray submits from one process, the Ray driver: leave out -P process (doit's -n "
                         "workers are then its threads, each waiting on a task of the cluster)")
         DOIT_CONFIG["par_type"] = "thread"  # one process is the Ray driver: doit's -n workers are its threads
+    # doit captures an action's output by swapping sys.stdout and sys.stderr, which threads running actions at
+    # once leave swapped for good: a reporter's own stream is then gone (the JSON reporter's output was lost)
+    threads = line.workers > 1 and line.options.get("par_type", DOIT_CONFIG.get("par_type")) == "thread"
+    uncaptured = {"io": {"capture": False}} if threads else {}
     if line.command == "run":
         session.start()
     elif line.command == "help" and line.tasks:
@@ -202,7 +206,7 @@ def tasks_for(root: Path, variables=()) -> dict:
         """plan each case: import errors and bad specs surface here"""
         for plan in session.library.plans.values():
             yield {"name": plan.case, "actions": [(_plan_action, [plan.case, plan.error])],
-                   "uptodate": checked(Planned(plan.case, plan.error)), "doc": f"plan {plan.case}"}
+                   "uptodate": checked(Planned(plan.case, plan.error)), "doc": f"plan {plan.case}", **uncaptured}
 
     def stage_creator(stage):
         def create():
@@ -210,11 +214,12 @@ def tasks_for(root: Path, variables=()) -> dict:
                 case = plan.case
                 if plan.error:  # `doit abi:<case>` shows why the case cannot be planned
                     yield {"name": case, "doc": f"{stage.doc} ({case})",
-                           "actions": [(TaskFailed, [plan.error])], "task_dep": [f"{PLAN}:{case}"]}
+                           "actions": [(TaskFailed, [plan.error])], "task_dep": [f"{PLAN}:{case}"], **uncaptured}
                     continue
                 yield {"name": case, "doc": f"{stage.doc} ({case})", "actions": [(_run_stage, [stage.name, case])],
                        "uptodate": checked(StageCached(session, stage.name, case)),
-                       "task_dep": [f"{PLAN}:{case}"] + [f"{d}:{case}" for d in stage.reads + stage.after]}
+                       "task_dep": [f"{PLAN}:{case}"] + [f"{d}:{case}" for d in stage.reads + stage.after],
+                       **uncaptured}
         create.__name__ = f"task_{stage.name}"
         create.__doc__ = stage.doc
         return create
@@ -226,13 +231,14 @@ def tasks_for(root: Path, variables=()) -> dict:
             yield {"name": case, "actions": [(_materialize, [case])],
                    "uptodate": checked(RuntimeCurrent(session, case)),
                    # every stage: the dir holds each one's entry (golden_bench may finish after bench)
-                   "task_dep": [f"{s.name}:{case}" for s in graph.STAGES], "doc": f"runtime dir of {case}"}
+                   "task_dep": [f"{s.name}:{case}" for s in graph.STAGES], "doc": f"runtime dir of {case}",
+                   **uncaptured}
 
     def task_replay():
         """replay runs/<case>: saved artifact, inputs and golden; no compile, no kernel import"""
         for plan in session.library.plans.values():
             yield {"name": plan.case, "actions": [(_replay, [plan.case])], "verbosity": 2,
-                   "doc": f"replay runs/{plan.case}"}
+                   "doc": f"replay runs/{plan.case}", **uncaptured}
 
     def task_verify():
         """verify every case; `verify:<case>` for one (`doit help verify`: the variables)"""
@@ -259,6 +265,9 @@ def tasks_for(root: Path, variables=()) -> dict:
 DOIT_CONFIG = {
     "default_tasks": [VERIFY],
     "reporter": SummaryReporter,
+    # every case gets its verdict, whatever another's is (doit would stop at the first failure);
+    # `doit --no-continue` stops there
+    "continue": True,
     # doit's own state is not trusted for up-to-dateness (the store is); sqlite3
     # is its backend that tolerates concurrent processes.
     "backend": "sqlite3",

@@ -44,6 +44,23 @@ PLACEMENT_SECONDS = 120.0  # how long a multi-rank stage waits for its ranks' bu
 EXCLUDED = (".git", ".venv", ".doit.db*", "__pycache__")
 # the driver's variables a worker's stages read
 FORWARDED = (config.PROFILE_ENV, config.RANKS_ENV, config.SANDBOX_ENV, config.EXECUTOR_ENV, "CXX", "PYTHONWARNINGS")
+# Ray's token authentication (Ray 2.52 and later): its mode, and where a token is found, first to last
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+TOKEN_SOURCES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+DEFAULT_TOKEN = Path("~/.ray/auth_token")
+
+
+def joining_environment() -> dict:
+    """The environment of a process that joins a cluster here (a node: `golden-tasks node`; the driver of a
+    run with an address): Ray's RAY_AUTH_MODE as set, else "token" where this machine holds a token, which
+    is what `ray start --head` decides for a head (Ray 2.59 and later: a `ray.init()` on this machine leaves
+    a token in DEFAULT_TOKEN). Without this rule a head started here with a token refuses every node and
+    driver started here after it ("Authentication token is missing")."""
+    if os.environ.get(AUTH_MODE_ENV):
+        return {}
+    if any(os.environ.get(name) for name in TOKEN_SOURCES) or DEFAULT_TOKEN.expanduser().is_file():
+        return {AUTH_MODE_ENV: "token"}
+    return {}
 
 
 def producer(root: Path):
@@ -66,7 +83,7 @@ class RayCluster:
         self.address = None  # the cluster's, once connected
         self._lock = threading.RLock()  # re-entered by cancel, from a SIGINT handler, in a thread that holds it
         self._ray = self._remote = self._sources = None
-        self._unreachable = None  # why connecting failed: every stage after the first fails with it at once
+        self.unreachable = None  # why connecting failed: every stage after the first fails with it at once
         self._refs = {}  # object digest -> its ObjectRef: each object crosses once per run
         self._in_flight = set()
 
@@ -115,14 +132,16 @@ class RayCluster:
 
     def _connect(self):
         with self._lock:
-            if self._unreachable:
-                raise StageFailed(self._unreachable)
+            if self.unreachable:
+                raise StageFailed(self.unreachable)
             if self._ray is None:
                 address = os.environ.get(config.RAY_ADDRESS_ENV)
                 if address and (problem := _unreachable(address)):
-                    self._unreachable = (f"cannot reach the Ray cluster at {address} (${config.RAY_ADDRESS_ENV} or "
+                    self.unreachable = (f"cannot reach the Ray cluster at {address} (${config.RAY_ADDRESS_ENV} or "
                                          f"ray_address=): {problem}")
-                    raise StageFailed(self._unreachable)
+                    raise StageFailed(self.unreachable)
+                if address:  # Ray reads its mode from the environment, as it is imported and as it connects
+                    os.environ.update(joining_environment())
                 import ray  # noqa: PLC0415 -- only a run that submits imports ray
 
                 project = config.Project.at(self.root)
@@ -133,9 +152,14 @@ class RayCluster:
                 # no address: a Ray instance of its own for this run (never the last cluster started here, which
                 # ray.init would otherwise join), a node of this machine's class
                 own = {} if address else {"address": "local", "resources": {node_class(): NODE_CLASS_UNITS}}
-                context = ray.init(runtime_env={"working_dir": str(self.root), "excludes": [*EXCLUDED, *inside],
-                                                "env_vars": env},
-                                   log_to_driver=False, logging_level="error", **own)
+                try:
+                    context = ray.init(runtime_env={"working_dir": str(self.root), "excludes": [*EXCLUDED, *inside],
+                                                    "env_vars": env},
+                                       log_to_driver=False, logging_level="error", **own)
+                except (ConnectionError, RuntimeError) as exc:  # a refused token, a cluster that does not answer
+                    self.unreachable = f"cannot connect to the Ray cluster at {address or 'a new local one'}: " \
+                                        f"{_root_cause(exc)}"
+                    raise StageFailed(self.unreachable) from None
                 self.address = context.address_info.get("address") or address
                 self._remote = ray.remote(run_on_node)
                 atexit.register(self.cancel)
@@ -193,6 +217,18 @@ class RayCluster:
                 has = ", ".join(f"{k}={v:g}" for k, v in sorted(totals.items()) if not k.startswith("node:"))
                 raise StageFailed(f"case {plan.case!r} asks for resource {name!r} ({amount:g}), which no node of the "
                                   f"Ray cluster at {self.address} has (the cluster has: {has})")
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The first line of the innermost exception that caused `exc` (Ray wraps a refused token twice), with what
+    to do about a refused token."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if type(exc).__name__ == "AuthenticationError":
+        first += (f" (the cluster authenticates with a token: give this machine the cluster's token, in "
+                  f"{DEFAULT_TOKEN} or ${TOKEN_SOURCES[0]}, and set {AUTH_MODE_ENV}=token; docs/cluster.md)")
+    return first
 
 
 def _unreachable(address: str) -> str | None:

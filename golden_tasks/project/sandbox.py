@@ -182,7 +182,8 @@ def _join(holder: int) -> None:
 def _enter_namespaces(pool: int | None, hidden=()) -> None:
     """A new user namespace owning a new mount namespace, with a private tmpfs on /dev/shm and an empty
     read-only one on each folder of `hidden`, and a new network namespace, or the pool's (`pool`: the
-    pid of the process holding it, whose user namespace the new one nests in)."""
+    pid of the process holding it, whose user namespace the new one nests in; its loopback named in
+    /etc/hosts: _name_loopback)."""
     uid, gid = os.geteuid(), os.getegid()
     if pool is not None:
         _join(pool)
@@ -195,11 +196,31 @@ def _enter_namespaces(pool: int | None, hidden=()) -> None:
     if os.path.isdir("/dev/shm") and linux.libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", linux.MS_NOSUID | linux.MS_NODEV,
                                                    b"mode=1777") != 0:
         raise _fail("mounting a private tmpfs on /dev/shm")
+    if pool is not None and os.path.isdir("/dev/shm") and os.path.isfile("/etc/hosts"):
+        _name_loopback()
     for folder in hidden:
         read_only = linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC
         if os.path.isdir(folder) and linux.libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs", read_only,
                                                       b"size=4k") != 0:
             raise _fail(f"covering {folder}")
+
+
+LOOPBACK_NAMES = "127.0.0.1 localhost\n::ffff:127.0.0.1 localhost\n"
+
+
+def _name_loopback() -> None:
+    """/etc/hosts, as this mount namespace sees it, with the loopback's addresses named (LOOPBACK_NAMES), its
+    IPv4-mapped IPv6 one among them: torch's store resolves that name as a pool's ranks connect, and in the
+    pool's network namespace no DNS server answers (err=-3: a c10d warning on the user's terminal, per rank).
+    The file lies in this namespace's private /dev/shm."""
+    try:
+        known = Path("/etc/hosts").read_text()
+    except OSError:
+        known = ""
+    named = Path("/dev/shm/golden-tasks-hosts")
+    named.write_text(known.rstrip("\n") + "\n" + LOOPBACK_NAMES)
+    if linux.libc.mount(os.fsencode(named), b"/etc/hosts", None, linux.MS_BIND, None) != 0:
+        raise _fail("naming the pool's loopback in /etc/hosts")
 
 
 def _drop_capabilities() -> None:

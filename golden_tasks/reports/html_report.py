@@ -23,7 +23,6 @@ import os
 import re
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..model.hashing import digest_json
@@ -107,7 +106,7 @@ def _case_html(row: CaseRow, plots: list) -> str:
 <tr><th>kernel</th><td>{_e(_timing_text(row.kernel_timing, row.kernel_us))}</td></tr>
 <tr><th>golden</th><td>{_e(_timing_text(row.golden_timing, row.golden_us))}</td></tr>
 <tr><th>speedup</th><td>{_e(_speedup_text(row))} (golden median / kernel median, 1 sigma)</td></tr>
-<tr><th>max abs error</th><td>{_e(row.max_abs)}</td></tr>
+<tr><th>max error</th><td>{_e(row.max_error())}</td></tr>
 <tr><th>golden protected</th><td>{_e(_protection_text(row.golden_protected))}</td></tr>
 </table>
 {f'<ul class="warnings">{warnings}</ul>' if warnings else ''}
@@ -281,6 +280,10 @@ def main(argv=None) -> int:
     # by the module's import name, so that a drawing process finds its functions (not in its __main__)
     this = importlib.import_module("golden_tasks.reports.html_report")
     if drawers > 1:  # as many drawing processes as doit had workers: figures cost ~0.2 s a case
+        # here, not at the module's top: the doit parent imports this module at its exit (write_page_if_drawn),
+        # where concurrent.futures.process can no longer register its own exit handler
+        from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
         with ProcessPoolExecutor(drawers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=this.start_drawing, initargs=(project, args.variables)) as pool:
             plots.update(zip((row.case for row in undrawn), pool.map(this.draw, undrawn)))
