@@ -1,13 +1,17 @@
-"""Triton for kernel modules: `from golden_tasks.triton import triton, tl`.
+"""Triton for kernel modules: `from golden_tasks.triton import triton, tl` (and DEVICE).
 
 Where the triton extra is installed, these are `triton` and `triton.language` themselves, imported with
 $TRITON_INTERPRET set as golden-tasks runs Triton kernels on this machine (the interpreter where no GPU
 is visible; Triton reads it as each @triton.jit function is decorated). Without the extra, stand-ins, so
 that the module still imports: its launchers never run, and their cases are SKIPPED, saying why.
+
+DEVICE is the torch device Triton kernels run on here ("cuda", or "cpu" under the interpreter), for what
+Triton's tutorials ask the driver at import (`triton.runtime.driver.active.get_active_torch_device()`),
+which the interpreter has none of.
 """
 
 from .forms.triton_form import installed
-from .project.toolchain import settle_triton_mode
+from .project.toolchain import settle_triton_mode, triton_interpreted
 
 
 class _Absent:
@@ -39,4 +43,6 @@ if installed():
 else:
     triton, tl = _Absent("triton"), _Absent("triton.language")
 
-__all__ = ["tl", "triton"]
+DEVICE = "cpu" if triton_interpreted() else "cuda"
+
+__all__ = ["DEVICE", "tl", "triton"]

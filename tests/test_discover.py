@@ -65,6 +65,33 @@ def test_plans_are_reused_until_a_dependency_changes(root, monkeypatch):
     assert edited.kernel != first.kernel and edited.golden == first.golden
 
 
+@pytest.mark.parametrize("ending,how", [
+    ("import ctypes\nctypes.string_at(0)\n", "killed by signal SIGSEGV"),  # a crash: a broken extension, say
+    ("import os\nos._exit(3)\n", "exit status 3"),
+])
+def test_a_module_whose_import_ends_the_planning_process_fails_alone_and_is_not_planned_again(root, monkeypatch,
+                                                                                            ending, how):
+    """The planning process dies with the module: the module's cases fail, saying how (and what it printed),
+    the other modules are planned, and the failure is reused under what the import had read (its source,
+    the data file it opened) until one of those changes, as a plan is: it costs no later run a planning
+    process."""
+    (root / "table.txt").write_text("1")
+    (root / "kernels" / "crash.py").write_text(
+        f"import sys\nopen({str(root / 'table.txt')!r}).read()\nprint('about to end', file=sys.stderr)\n{ending}")
+    first = plans(root)
+    assert first["k"].error is None
+    assert first["crash"].error == f"kernels/crash.py ended the planning process as it was imported ({how}):\nabout to end"
+    with monkeypatch.context() as m:
+        forbid_subprocess(m)
+        assert plans(root) == first
+    (root / "table.txt").write_text("2")  # what its import read changed: planned again
+    with pytest.raises(AssertionError, match="planned again"), monkeypatch.context() as m:
+        forbid_subprocess(m)
+        plans(root)
+    (root / "kernels" / "crash.py").write_text("import sys\nsys.exit('not this time')\n")  # an exit is an error
+    assert plans(root)["crash"].error.startswith("kernels/crash.py failed to import: SystemExit: not this time")
+
+
 def test_private_modules_are_not_case_modules(root):
     assert [m.path.name for m in layout(root).modules()] == ["k.py"]
 

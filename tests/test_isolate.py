@@ -141,14 +141,16 @@ EXPECTED = {
 }
 
 
-def test_guard_regions_report_the_clobbered_side():
+def test_guard_regions_report_the_clobbered_side_how_much_and_where():
     g = Guarded("out", torch.arange(8, dtype=torch.float32))
     assert g.tensor.data_ptr() % 64 == 0 and g.clobbered() == []
     assert torch.equal(g.tensor, torch.arange(8, dtype=torch.float32))
     g.buffer[GUARD_BYTES - 1] = 0
-    assert g.clobbered() == ["before"]
-    g.buffer[GUARD_BYTES + 8 * 4] = 0
-    assert g.clobbered() == ["before", "after"]
+    assert g.clobbered() == [("before", f"1 of its {GUARD_BYTES} bytes changed, the nearest at byte 0 below the "
+                                        "first element (element 0 below it, of float32)")]
+    g.buffer[GUARD_BYTES + 8 * 4 + 4:GUARD_BYTES + 8 * 4 + 12] = 0  # elements 1 and 2 past the end
+    assert g.clobbered()[1] == ("after", f"8 of its {GUARD_BYTES} bytes changed, the nearest at byte 4 past the last "
+                                         "element (element 1 past it, of float32)")
 
 
 def test_misbehaving_kernels_fail_and_the_rest_of_the_run_passes(tmp_path):

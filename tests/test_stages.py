@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from golden_tasks import Case, In, InOut, Out, Scalar, ScalarSpec, TensorSpec, jit
-from golden_tasks.model.compare import Allclose
+from golden_tasks.model.compare import Allclose, Policy
 from golden_tasks.model.errors import StageFailed
-from golden_tasks.model.outputs import CompileMeta, InputsMeta
+from golden_tasks.model.outputs import CompileMeta, InputsMeta, Worst
 from golden_tasks.model.plan import Plan
 from golden_tasks.model.specs import signature_of, stamp_all
 from golden_tasks.stages import BenchSettings, Outputs, abi, dispatch, golden, golden_bench, inputs, measure, validate
@@ -117,8 +117,37 @@ def test_an_out_without_init_value_starts_as_the_canary_and_what_is_left_is_name
         validate.run(case, plan, tmp_path, result, expected, made)
     assert "output 'out': 6 of 12 elements not written (first at (2, 0))" in str(failed.value)
     assert "init_value=torch.zeros" in str(failed.value)
+    # the summary's max err says so: the canary of an unwritten float is a NaN, not counted as one
+    assert failed.value.worst == Worst(max_abs=0.0, unwritten=6)
     result.tensors["out"][2:] = 0  # the honest kernel writes every element
     assert validate.run(case, plan, tmp_path, result, expected, made).meta.max_abs == 0.0
+
+
+@pytest.mark.parametrize("wrong,worst,shown", [
+    ("nan", Worst(max_abs=0.0, nan=12), "12 NaN"),  # NaN everywhere: no finite difference, and none hidden
+    ("overflow", Worst(max_abs=1.0, nan=4, inf=2), "4 NaN, 2 inf"),
+    ("off", Worst(max_abs=0.5), "5.00e-01"),  # finite: the real worst error
+])
+def test_a_failed_validation_says_what_is_worst_about_the_outputs(wrong, worst, shown):
+    """The summary's max err tells what failed: elements NaN or infinite where the golden's are finite,
+    else the largest absolute error (which alone ignores them: 0 beside every element NaN)."""
+    from golden_tasks.model.records import CaseRow
+
+    expected = {"out": torch.arange(12, dtype=torch.float32).reshape(3, 4)}
+    actual = {"out": expected["out"].clone()}
+    if wrong == "nan":
+        actual["out"].fill_(float("nan"))
+    elif wrong == "overflow":
+        actual["out"][0] = float("nan")
+        actual["out"][1, :2] = float("inf")
+        actual["out"][2, 0] += 1.0
+    else:
+        actual["out"][1, 1] += 0.5
+    with pytest.raises(StageFailed) as failed:
+        validate.judge(Policy(rtol=0.0, atol=0.0), actual, expected, "c", {})
+    assert failed.value.worst == worst
+    counts = {k: v or None for k, v in dataclasses.asdict(worst).items() if k != "max_abs"}
+    assert CaseRow(case="c", status="FAIL", max_abs=worst.max_abs, **counts).max_error() == shown
 
 
 def test_dispatch_refuses_an_artifact_whose_table_differs(upstream, tmp_path):

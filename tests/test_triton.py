@@ -87,6 +87,28 @@ def autotuned(x: In, out: Out):
     _tuned[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
 
 
+@triton.jit
+def _scaled(X, OUT, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + i, mask=i < n)
+    if SCALE is not None:  # a None constexpr: Triton's own idiom for an optional setting
+        x = x * SCALE
+    tl.store(OUT + i, x, mask=i < n)
+
+
+@triton_kernel
+def none_default(x: In, out: Out, *, SCALE: float = None, BLOCK: int = 32):
+    _scaled[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), SCALE=SCALE, BLOCK=BLOCK)
+
+
+@triton_kernel
+def returns_its_output(x: In, out: Out):
+    """As Triton's tutorials' wrappers are written: the output allocated here and returned."""
+    output = torch.empty_like(x)
+    _scaled[(4,)](x, output, x.numel(), SCALE=None, BLOCK=32)
+    return output
+
+
 @triton.heuristics(values={"BLOCK": lambda args: 32})
 @triton.jit
 def _heuristic(X, OUT, n, BLOCK: tl.constexpr):
@@ -120,14 +142,25 @@ CASES = [
     Case("other_block", SPECS, kernel=reads_within, golden=golden_same, rtol=0.0, atol=0.0, options={"BLOCK": 64}),
     Case("unknown_option", SPECS, kernel=reads_within, golden=golden_same, options={"TILE": 64}),
     Case("heuristic", SPECS, kernel=heuristic, golden=golden_same),
+    Case("none_default", SPECS, kernel=none_default, golden=golden_same, rtol=0.0, atol=0.0),
+    Case("scale_given", SPECS, kernel=none_default, golden=golden_twice, rtol=0.0, atol=0.0, options={"SCALE": 2.0}),
+    Case("returns_its_output", SPECS, kernel=returns_its_output, golden=golden_same),
 ]
 '''
+
+# As Triton's tutorials begin: the device asked of Triton's driver as the module is imported
+QUERIES = """
+from golden_tasks.triton import triton
+
+DEVICE = triton.runtime.driver.active.get_active_torch_device()
+"""
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     proj = Project(tmp_path_factory.mktemp("triton"), MODULES)
     (proj.path / "kernels" / "triton_own.py").write_text(OWN)
+    (proj.path / "kernels" / "triton_queries.py").write_text(QUERIES)
     return proj
 
 
@@ -179,7 +212,10 @@ def test_reads_past_an_input_poison_the_output_and_the_rules_of_the_interpreter_
     assert code != 0
     attack = rows["reads_past_end"]
     assert attack["status"] == "FAIL" and attack["stages"]["validate"] == "FAILED", attack
-    assert "nan" in attack["errors"]["validate"].lower()
+    # what the NaN means is said, and the max err counts it: the largest error over the rest is 0
+    assert "a read past an input's end (a load whose mask lets an index through) is a likely cause" in \
+        attack["errors"]["validate"]
+    assert attack["nan"] >= 1 and attack["max_abs"] == 0.0
     assert rows["reads_within"]["status"] == "PASS" and rows["other_block"]["status"] == "PASS"
     skipped = rows["rounds_through_bf16"]
     assert skipped["status"] == "SKIPPED" and "_rounded uses bfloat16 (triton_own.py:" in skipped["skipped"]
@@ -188,6 +224,7 @@ def test_reads_past_an_input_poison_the_output_and_the_rules_of_the_interpreter_
                              / e["objects"]["launch.json"]["digest"]).read_text())
                  for e in project.entries("compile") if e["case"] == "autotuned"]
     assert launch["pinned"] == {"_tuned": {"BLOCK": 16, "num_warps": 2, "num_ctas": 1, "num_stages": 3}}
+    assert rows["autotuned"]["config"] == {"pinned": launch["pinned"]}  # the report says what was timed
     bad = rows["unknown_option"]
     assert bad["stages"]["compile"] == "FAILED" and "option 'TILE' is not one of its meta-parameters (BLOCK" in \
         bad["errors"]["compile"]
@@ -195,6 +232,25 @@ def test_reads_past_an_input_poison_the_output_and_the_rules_of_the_interpreter_
     # the options enter the compile key: the same launcher at another BLOCK is another artifact
     keys = {e["case"]: e["key"] for e in project.entries("compile")}
     assert keys["other_block"] != keys["reads_within"]
+
+
+def test_what_a_port_of_tritons_tutorials_meets_is_accepted_or_explained(project):
+    """A None meta-parameter (Triton's constexprs take it) is a meta-parameter like any other; a launcher that
+    returns its output leaves its Out unwritten, and the failure says that it returned a new tensor; a module
+    that asks Triton's driver for the device as it is imported fails its plan saying that the interpreter has
+    no driver, and what to write instead."""
+    code, _, rows, err = _run(project, "none_default", "scale_given", "returns_its_output", "triton_queries")
+    assert code != 0
+    assert rows["none_default"]["status"] == rows["scale_given"]["status"] == "PASS", err
+    returned = rows["returns_its_output"]
+    assert returned["status"] == "FAIL" and returned["unwritten"] == 100, returned
+    assert returned["reason"].startswith("validate: validation FAILED for returns_its_output: output 'out': 100 of "
+                                         "100 elements not written (first at (0,)): the kernel returned a new float32 "
+                                         "tensor of shape (100,): an Out is written in place, never returned")
+    queried = rows["triton_queries"]
+    assert queried["status"] == "FAIL" and "0 active drivers" in queried["reason"], queried
+    assert "Triton's interpreter (no GPU here) has no driver to ask" in queried["reason"]
+    assert "golden_tasks.triton.DEVICE" in queried["reason"]
 
 
 def test_editing_a_jitted_helper_reruns_exactly_the_stages_it_can_affect(project):

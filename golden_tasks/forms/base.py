@@ -77,3 +77,8 @@ class Artifact:
     def timing_caveat(self) -> str:
         """Why its timings are not performance figures (it runs emulated), or None when they are."""
         return None
+
+    def config(self) -> dict:
+        """What compile chose for the kernel that its source does not say (an autotuned Triton kernel's
+        configuration), for the reports: JSON values; empty when nothing was chosen."""
+        return {}

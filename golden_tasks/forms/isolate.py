@@ -73,9 +73,20 @@ class Guarded:
         self.tensor.copy_(like)
 
     def clobbered(self) -> list:
-        """The sides whose guard changed: "before" and/or "after" the tensor."""
-        sides = (("before", self.buffer[:GUARD_BYTES]), ("after", self.buffer[-GUARD_BYTES:]))
-        return [side for side, guard in sides if bytes(guard.numpy()) != self.fill]
+        """(side, what changed) for each side whose guard changed, "before" and/or "after" the tensor: how
+        many of its bytes, and the one nearest the tensor, in bytes and elements of the tensor's dtype (a
+        write one element past the end: "... at byte 0 past the last element (element 0 past it)")."""
+        found, size, fill = [], self.tensor.element_size(), torch.frombuffer(bytearray(self.fill), dtype=torch.uint8)
+        for side, guard in (("before", self.buffer[:GUARD_BYTES]), ("after", self.buffer[-GUARD_BYTES:])):
+            changed = (guard != fill).nonzero().reshape(-1)
+            if not changed.numel():
+                continue
+            nearest, where = ((int(changed[0]), "past the last") if side == "after"
+                              else (GUARD_BYTES - 1 - int(changed[-1]), "below the first"))
+            found.append((side, f"{changed.numel()} of its {GUARD_BYTES} bytes changed, the nearest at byte {nearest} "
+                                f"{where} element (element {nearest // size} {where.partition(' ')[0]} it, of "
+                                f"{str(self.tensor.dtype).removeprefix('torch.')})"))
+        return found
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,11 +104,11 @@ class Placement:
             raise StageFailed(f"{what} wrote its In parameter {', '.join(written)}: inputs are read-only")
 
     def check_guards(self, what: str) -> None:
-        clobbered = [f"{g.name} ({side}){on_rank(r, self.world)}" for placed in (self.guards, self.padded)
-                     for r, guards in placed.items() for g in guards.values() for side in g.clobbered()]
+        clobbered = [f"the guard region {g.name} ({side}){on_rank(r, self.world)} lost its canary: {detail}"
+                     for placed in (self.guards, self.padded) for r, guards in placed.items()
+                     for g in guards.values() for side, detail in g.clobbered()]
         if clobbered:
-            raise StageFailed(f"{what} wrote outside its outputs: the guard region {' and '.join(clobbered)} "
-                              "lost its canary (before: below the first element, after: past the last)")
+            raise StageFailed(f"{what} wrote outside its outputs: {'; '.join(clobbered)}")
 
     def sent(self, rank: int) -> dict:
         """Rank `rank`'s outputs (argument index -> tensor), to send to where they are assembled."""

@@ -41,7 +41,7 @@ from ..model.errors import CompileError, StageFailed
 from ..model.origin import by_value, is_user_module
 from ..model.specs import declared_params, dtype_name, table_of
 from ..project.fingerprint import cell_filled
-from ..project.toolchain import TRITON_INTERPRET_ENV, triton_interpreted
+from ..project.toolchain import TRITON_INTERPRET_ENV, triton_interpreted, triton_settings
 from .base import Artifact, KernelForm
 
 JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline")
@@ -55,6 +55,18 @@ def installed() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return None
     return importlib.metadata.version("triton")
+
+
+def import_hint(exc: BaseException) -> str | None:
+    """What to write instead, for the error a kernel module meets where Triton runs interpreted when it asks
+    Triton's driver about the device as it is imported (Triton's tutorials do: `DEVICE =
+    triton.runtime.driver.active.get_active_torch_device()`, autotune configurations from
+    `get_current_target()`); None for any other error."""
+    if installed() is None or not triton_interpreted() or "active drivers" not in str(exc):
+        return None
+    return ("Triton's interpreter (no GPU here) has no driver to ask: a launcher gets its tensors on the device "
+            "they run on (x.device), golden_tasks.triton.DEVICE names it, and autotune configurations are listed "
+            "as they are, not chosen by asking the driver (docs/triton.md)")
 
 
 def _jitted(obj) -> bool:
@@ -119,9 +131,10 @@ class TritonKernel(KernelForm):
 
     def __fingerprint__(self, fingerprinter) -> dict:
         """The launcher (and, through it, every @triton.jit function it reaches and their constants), its
-        meta-parameters' defaults, Triton's version and whether it is interpreted here."""
+        meta-parameters' defaults, Triton's version, whether it is interpreted here, and Triton's settings
+        (toolchain.triton_settings: the precision of a float32 `tl.dot` among them)."""
         return {"launcher": fingerprinter.token(self.fn), "meta": fingerprinter.token(self.meta),
-                "triton": installed(), "interpreted": triton_interpreted()}
+                "triton": installed(), "interpreted": triton_interpreted(), **triton_settings()}
 
     def __reduce__(self):
         """Crossing into another process (an isolated stage, a cluster node): the launcher as an artifact
@@ -140,9 +153,9 @@ class TritonKernel(KernelForm):
         if unset := [k for k, v in meta.items() if v is inspect.Parameter.empty]:
             raise CompileError(f"kernel {self.name}: meta-parameter {unset[0]!r} has no default and the case's "
                                "options do not give it")
-        if odd := [k for k, v in meta.items() if not isinstance(v, (bool, int, float, str))]:
+        if odd := [k for k, v in meta.items() if v is not None and not isinstance(v, (bool, int, float, str))]:
             raise CompileError(f"kernel {self.name}: meta-parameter {odd[0]!r} is {meta[odd[0]]!r}: a constexpr is "
-                               "a bool, int, float or str")
+                               "None, a bool, an int, a float or a str")
         launch = {"device": "cpu" if triton_interpreted() else "cuda", "meta": meta, "unavailable": None, "pinned": {}}
         files = {}
         if installed() is None:
@@ -195,6 +208,10 @@ class TritonArtifact(Artifact):
         return ("measured under Triton's interpreter (no GPU): not a performance figure"
                 if self.device == "cpu" else None)
 
+    def config(self):
+        """The configuration each autotuned kernel was pinned to, by the kernel's name."""
+        return {"pinned": self.pinned} if self.pinned else {}
+
     def load(self):
         if reason := self.unavailable():
             raise StageFailed(reason)
@@ -208,7 +225,7 @@ class TritonArtifact(Artifact):
         launcher, meta = cloudpickle.loads(self.files["kernel.pkl"].read_bytes()), self.meta
 
         def call(*args):
-            launcher(*args, **meta)
+            return launcher(*args, **meta)
         return call
 
 

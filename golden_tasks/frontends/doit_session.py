@@ -35,6 +35,7 @@ from doit.cmdparse import CmdOption, CmdParse, CmdParseError
 from doit.doit_cmd import DoitMain
 
 from ..model.errors import VerificationFailure
+from ..model.outputs import Worst
 from ..model.records import RunRecord
 from ..model.verdicts import StageState, Verdict
 from ..pipeline import cluster, summary
@@ -145,10 +146,10 @@ class Session:
         gc.set_threshold(YOUNG_OBJECTS)
         atexit.register(self._at_exit)
 
-    def journal(self, task: str, state: StageState, message: str = None, max_abs: float = None) -> None:
+    def journal(self, task: str, state: StageState, message: str = None, worst: Worst = None) -> None:
         """Record a task's outcome: the doit parent's in its list, a worker's in the journal file in one
         write (atomic next to other processes')."""
-        line = {"task": task, "state": state, "message": message, "max_abs": max_abs}
+        line = {"task": task, "state": state, "message": message, "worst": worst and worst.to_json()}
         if os.getpid() == self.parent:
             self.outcomes.append(line)
         elif self.journal_path:
@@ -170,17 +171,17 @@ class Session:
         cases = [c for c in lib.plans if self.line.selects(f"{VERIFY}:{c}")]
         if not lines or not cases:
             return None
-        states, errors, failed_max_abs = {}, {}, {}
+        states, errors, worst = {}, {}, {}
         for line in lines:
             stage, _, case = line["task"].partition(":")
             states.setdefault(case, {})[stage] = StageState(line["state"])
             if line["message"]:
                 errors.setdefault(case, {})[stage] = line["message"]
-            if line["max_abs"] is not None:
-                failed_max_abs[case] = line["max_abs"]
+            if line["worst"]:
+                worst[case] = Worst(**line["worst"])
         runs = lib.project.runs
         rows = [summary.case_row(lib.plans[c], states.get(c, {}), errors.get(c, {}), lib.store,
-                                dict(self.hits.get(c, {})), failed_max_abs.get(c)) for c in cases]
+                                dict(self.hits.get(c, {})), worst.get(c)) for c in cases]
         lib.store.record_use({(stage, key) for row in rows for stage, key in row.keys.items() if key})
         for row in rows:
             row.log = str(report.log_path(runs, row.case)) if row.status == Verdict.FAIL else None

@@ -14,12 +14,12 @@ class CompileError(VerificationFailure):
 
 
 class StageFailed(VerificationFailure):
-    """A stage ran and its verdict is FAIL; the message is the report. `max_abs`: the largest absolute
-    error of a validation that failed (the figure the summary shows), else None."""
+    """A stage ran and its verdict is FAIL; the message is the report. `worst`: what a validation that failed
+    found at worst (outputs.Worst: the figures the summary shows), else None."""
 
-    def __init__(self, message: str, max_abs: float = None):
+    def __init__(self, message: str, worst=None):
         super().__init__(message)
-        self.max_abs = max_abs
+        self.worst = worst
 
 
 class StalePlan(SpecError):

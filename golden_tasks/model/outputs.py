@@ -47,12 +47,35 @@ class CompileMeta(Meta):
     module: str = None  # where the artifact's class lives (forms.Artifact.restore)
     table: list = dataclasses.field(default_factory=list)  # the parameter table the artifact embeds
     device: str = "cpu"  # where the artifact's tensors live: "cuda" asks an executor for a GPU
+    config: dict = dataclasses.field(default_factory=dict)  # what compile chose (forms.Artifact.config)
+
+
+@dataclasses.dataclass(frozen=True)
+class DispatchMeta(Meta):
+    # what the kernel returned that is none of its arguments ("a new float32 tensor of shape (8, 8)"): a
+    # kernel that returns its result leaves its Out unwritten (validate says why)
+    returned: str = None
 
 
 @dataclasses.dataclass(frozen=True)
 class InputsMeta(Meta):
     scalars: dict = dataclasses.field(default_factory=dict)  # name -> value
     nonfinite: dict = dataclasses.field(default_factory=dict)  # name -> "N NaN/Inf, first at (i, j)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Worst:
+    """What a validation found at worst over a case's outputs, as its summary shows it (records.CaseRow:
+    `max err`): how many elements of the kernel's outputs it left unwritten, or made NaN or infinite where
+    the golden's are finite, and the largest absolute error over the elements it compared whose difference
+    is finite (None: none was compared)."""
+    max_abs: float = None
+    unwritten: int = 0
+    nan: int = 0
+    inf: int = 0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)

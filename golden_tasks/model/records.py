@@ -187,7 +187,11 @@ class CaseRow(JsonRecord):
     skipped: str = None  # why a SKIPPED case was not verified here
     errors: dict[str, str] = dataclasses.field(default_factory=dict)  # stage -> its full failure message
     log: str = None  # the file holding every message of a case that failed
-    max_abs: float = None
+    max_abs: float = None  # the largest finite absolute error of its outputs
+    # a failed validation's elements the kernel left unwritten, or made NaN or infinite where the golden's are finite
+    unwritten: int = None
+    nan: int = None
+    inf: int = None
     outputs: list[dict] = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
     warnings: list[str] = dataclasses.field(default_factory=list)
     kernel_us: float = None  # the medians, their ratio and its 1-sigma uncertainty
@@ -202,6 +206,14 @@ class CaseRow(JsonRecord):
     fingerprints: dict[str, str] = dataclasses.field(default_factory=dict)  # kernel, golden, policy
     seconds: float = None  # what the stages that ran in this run took
     golden_protected: bool = None
+    config: dict = None  # what compile chose that the source does not say: an autotuned Triton kernel's configuration
+
+    def max_error(self) -> str:
+        """The `max err` of the summary: what is worst about the outputs (elements unwritten, NaN, infinite:
+        "896 unwritten"), else the largest absolute error ("2.22e-16"); "-" without a comparison."""
+        found = [f"{n} {what}" for n, what in ((self.unwritten, "unwritten"), (self.nan, "NaN"), (self.inf, "inf"))
+                 if n]
+        return ", ".join(found) or ("-" if self.max_abs is None else f"{self.max_abs:.2e}")
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -46,7 +46,7 @@ def verify(plan, store, work_dir: Path, case=None, producer=None) -> tuple[CaseR
     Returns (the summary row: summary.case_row, stage -> seconds of the run that made its entry).
     `case` is the live case when the caller has it (else imported where a stage needs it); `producer`
     runs the stages that must run (graph.execute; cluster.producer: this run's executor)."""
-    states, errors, timings, failed_max_abs = {}, {}, {}, None
+    states, errors, timings, worst = {}, {}, {}, None
     if not plan.error:
         if producer in (None, graph.produce_here) and any(graph.remeasured(s, plan) or graph.cached(s, plan, store)
                                                           is None for s in graph.STAGES):
@@ -57,11 +57,11 @@ def verify(plan, store, work_dir: Path, case=None, producer=None) -> tuple[CaseR
             except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
                 detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
                 states[stage.name], errors[stage.name] = StageState.FAILED, f"{exc}{detail}"
-                failed_max_abs = getattr(exc, "max_abs", None)
+                worst = getattr(exc, "worst", None)
                 break
             states[stage.name] = StageState.RAN if ran else StageState.CACHED
             timings[stage.name] = Stats.of(entry).seconds
-    row = summary.case_row(plan, states, errors, store, failed_max_abs=failed_max_abs)
+    row = summary.case_row(plan, states, errors, store, failed=worst)
     if row.status == Verdict.PASS and (plan.fresh or not runtime.is_current(plan, store, work_dir)):
         runtime.materialize(plan, store, work_dir, row)
     tally = summary.Tally()

@@ -1,9 +1,7 @@
 """A case's summary in a run: its row of the run record (records.CaseRow), built from its stage states in the
 run and its cached entries, and the tally of cache hits over a run. Both runners make them: the doit adapter
 (frontends.doit_session) and golden_tasks.run (runner)."""
-import math
-
-from ..model.outputs import SAMPLES_FILE, BenchMeta, Stats, ValidateMeta
+from ..model.outputs import SAMPLES_FILE, BenchMeta, CompileMeta, Stats, ValidateMeta, Worst
 from ..model.plan import FailedPlan, Plan
 from ..model.records import CaseRow, Timing
 from ..model.verdicts import StageState, Verdict
@@ -11,10 +9,10 @@ from .graph import STAGES, snapshot
 
 
 def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: dict = None,
-             failed_max_abs: float = None) -> CaseRow:
+             failed: Worst = None) -> CaseRow:
     """The summary of one case from its stage states and its cached entries; `found`: entries already
-    looked up (graph.resolve); `failed_max_abs`: the largest error of a validation that failed in this run
-    (errors.StageFailed.max_abs)."""
+    looked up (graph.resolve); `failed`: what a validation that failed in this run found at worst
+    (errors.StageFailed.worst)."""
     stages = {s.name: states.get(s.name, StageState.NOT_RUN) for s in STAGES}
     if plan.error:
         return CaseRow(case=plan.case, status=Verdict.FAIL, stages=dict.fromkeys(stages, StageState.NOT_RUN),
@@ -30,11 +28,13 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: 
         if state.reached and entries[name] and entries[name].meta.get("skipped"):
             stages[name] = StageState.SKIPPED
     validate, bench, timed_golden = entries["validate"], entries["bench"], entries["golden_bench"]
+    row.config = entries["compile"] and CompileMeta.of(entries["compile"]).config or None
     verdict = validate and ValidateMeta.of(validate)
     if verdict:
         row.max_abs, row.outputs, row.warnings = verdict.max_abs, verdict.outputs, list(verdict.warnings)
-    elif failed_max_abs is not None and math.isfinite(failed_max_abs):  # JSON has no NaN
-        row.max_abs = failed_max_abs
+    elif failed:
+        row.max_abs = failed.max_abs
+        row.unwritten, row.nan, row.inf = (n or None for n in (failed.unwritten, failed.nan, failed.inf))
     if bench and (second := BenchMeta.of(bench).second_set) and second != "checked":
         row.warnings.append(f"the benchmark's second input set was {second}")
     caveat = bench and BenchMeta.of(bench).caveat

@@ -6,29 +6,32 @@ planning) and a record of everything planning read (golden_tasks.project.observe
 file, data files opened, directories listed, environment variables read by user code). A
 manifest is reused while that record, the toolchain, the pipeline and the installed packages
 are unchanged; stale modules are planned in one subprocess (`python -m golden_tasks.planning.discover`),
-which imports them.
+which imports them. A module whose import ends that process (a crash, an exit) fails its own cases,
+under a record of what was read until then, and the others are planned in another.
 """
 import functools
 import json
 import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
 
 from ..model.hashing import digest_bytes
 from ..model.origin import library_dirs
 from ..model.plan import FailedPlan, from_json
 from ..project import config, reaper
-from ..project.observe import Observer, changed
-from ..project.toolchain import pipeline_version, toolchain
+from ..project.observe import Observer, changed, logged, snapshot
+from ..project.toolchain import pipeline_version, toolchain, triton_settings
 from ..storage.store import Store
 
 
 @functools.cache
 def _environment() -> dict:
-    """What every plan depends on besides its record: golden_tasks, the toolchain, and the
-    installed packages, wherever this interpreter finds them (installing, upgrading or removing
-    one changes its directory's mtime)."""
-    return {"pipeline": pipeline_version(), "toolchain": toolchain(),
+    """What every plan depends on besides its record: golden_tasks, the toolchain, Triton's settings (a
+    Triton kernel's fingerprint holds them), and the installed packages, wherever this interpreter finds
+    them (installing, upgrading or removing one changes its directory's mtime)."""
+    return {"pipeline": pipeline_version(), "toolchain": toolchain(), "triton": triton_settings(),
             "packages": {p: os.stat(p).st_mtime_ns if os.path.isdir(p) else None for p in sorted(library_dirs())}}
 
 
@@ -83,49 +86,89 @@ def forget(root: Path, store: Store, module: str) -> None:
 
 def plan_in_subprocess(root: Path, modules: list, profile: str = None) -> dict:
     """plan_modules(root, modules), run in a fresh interpreter under `profile` (default: the active one).
-    Raises RuntimeError, with the subprocess's stderr, when it fails."""
+    A module whose import ends that interpreter (a crash, an exit) fails its own cases (_ended), and the
+    other modules are planned again without it. Raises RuntimeError, with the subprocess's stderr, when it
+    fails otherwise."""
     env = {**os.environ, config.PROFILE_ENV: profile} if profile else None
-    proc = reaper.python_module("golden_tasks.planning.discover", str(root), *modules, cwd=root, env=env)
-    try:
+    planned, left = {}, list(modules)
+    while left:
+        fd, log = tempfile.mkstemp(prefix="golden-tasks-planning-", suffix=".log")
+        os.close(fd)
+        try:
+            proc = reaper.python_module("golden_tasks.planning.discover", str(root), log, *left, cwd=root, env=env)
+            reads = Path(log).read_text(errors="surrogateescape")
+        finally:
+            os.unlink(log)
         if proc.returncode == 0:
-            return json.loads(proc.stdout)
-    except ValueError:
-        pass
-    raise RuntimeError(f"planning the kernel library failed:\n{proc.stderr}")
+            try:
+                return {**planned, **json.loads(proc.stdout)}
+            except ValueError:
+                pass
+        importing = [line.partition("\t")[2] for line in reads.splitlines() if line.startswith(f"{_IMPORTING}\t")]
+        if proc.returncode == 0 or not importing:  # not a module's doing
+            raise RuntimeError(f"planning the kernel library failed:\n{proc.stderr}")
+        planned[importing[-1]] = _ended(root, importing[-1], proc, reads, profile or config.profile())
+        left.remove(importing[-1])
+    return planned
 
 
+_IMPORTING = "importing"  # the line of plan_modules's log that names the module it imports next
 
 
-def plan_modules(root: Path, modules: list) -> dict:
+def _ended(root: Path, module: str, proc, reads: str, profile: str) -> dict:
+    """The manifest of a module whose import ended the planning process: its one FailedPlan, saying how (and
+    the process's last words), under the record of everything read until then (the Observer's log), so that
+    it is reused until one of those changes, as a planned module's is."""
+    layout = config.Project.at(root).layout
+    path = layout.module(module).path
+    how = (f"killed by signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
+           else f"exit status {proc.returncode}")
+    said = "\n".join(proc.stderr.strip().splitlines()[-20:])
+    error = f"{layout.relative(path)} ended the planning process as it was imported ({how})" + f":\n{said}" * bool(said)
+    seen = logged(reads)
+    record = snapshot(seen["files"] | {str(path)}, seen["dirs"] | seen["import_dirs"], seen["env"])
+    return {"cases": [FailedPlan(path.stem, module, error, profile).to_json()], "observed": record}
+
+
+def plan_modules(root: Path, modules: list, log: int = None) -> dict:
     """Import each kernel module (by name, from the project's layout) and plan its cases, each plan
-    recording the profile (runs in the subprocess)."""
+    recording the profile (runs in the subprocess). `log`: a file descriptor that a line names each module
+    as its import starts on, and every read is written to as it is made (Observer), so that whoever started
+    a process that dies mid-import knows which module it was and what it had read."""
     import importlib  # noqa: PLC0415
 
+    from ..forms.triton_form import import_hint  # noqa: PLC0415
     from ..model.origin import described, is_user_module  # noqa: PLC0415
     from .case import module_cases, plan_of  # noqa: PLC0415
 
     project = config.Project.at(root).layout
     project.importable()
     result, profile = {}, config.profile()
-    with Observer() as observer:
+    with Observer(log) as observer:
         for module_name in modules:
             found = project.module(module_name)
             shown = project.relative(found.path)
-            observer.files.add(str(found.path))
+            if log is not None:
+                os.write(log, f"{_IMPORTING}\t{module_name}\n".encode())
+            observer.add("files", str(found.path))
             try:
                 module = importlib.import_module(module_name)
                 cases = module_cases(module)
-            except Exception as exc:  # noqa: BLE001 -- user code: its error fails the module's plans
-                result[module_name] = [FailedPlan(found.path.stem, module_name,
-                                                  f"{shown} failed to import: {described(exc)}", profile)]
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 -- user code: its error fails the module's plans
+                reason, _, trace = described(exc).partition("\n")
+                hint = import_hint(exc)
+                result[module_name] = [FailedPlan(found.path.stem, module_name, f"{shown} failed to import: {reason}"
+                                                  + f"; {hint}" * bool(hint) + f"\n{trace}" * bool(trace), profile)]
                 continue
             plans = []
             for case in cases:
                 try:
                     plan, used = plan_of(case.resolved(module), module_name, profile)
-                    observer.files |= used
-                    observer.env |= set(plan.external["env"])
-                except Exception as exc:  # noqa: BLE001 -- user code: its error fails the case's plan
+                    for name in used:
+                        observer.add("files", name)
+                    for name in plan.external["env"]:
+                        observer.add("env", name)
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 -- user code: its error fails the case's plan
                     plan = FailedPlan(case.name, module_name, described(exc), profile)
                 plans.append(plan)
             names = [p.case for p in plans]
@@ -145,7 +188,8 @@ if __name__ == "__main__":
     # the kernel modules print goes to stderr instead.
     plans_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    root_arg, *module_args = sys.argv[1:]
+    root_arg, log_arg, *module_args = sys.argv[1:]
     config.quiet_third_party_logs()
-    json.dump(plan_modules(Path(root_arg).resolve(), module_args), plans_out)
+    log_fd = os.open(log_arg, os.O_WRONLY | os.O_APPEND)
+    json.dump(plan_modules(Path(root_arg).resolve(), module_args, log_fd), plans_out)
     plans_out.close()

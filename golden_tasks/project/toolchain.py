@@ -18,6 +18,7 @@ from ..model.hashing import digest_bytes, digest_file, digest_json
 from . import config, sandbox
 
 TRITON_INTERPRET_ENV = "TRITON_INTERPRET"
+TRITON_F32_DEFAULT_ENV = "TRITON_F32_DEFAULT"  # Triton's: tf32, tf32x3 or ieee, for a float32 tl.dot that names none
 
 
 def compiler() -> tuple:
@@ -59,6 +60,14 @@ def triton_interpreted() -> bool:
     if value is not None:
         return value.strip().lower() in ("1", "true", "yes", "on")
     return not gpu_visible()
+
+
+def triton_settings() -> dict:
+    """Triton's environment variables that change what a kernel computes, with their values here: its mode
+    ($TRITON_INTERPRET) and the precision of a float32 `tl.dot` that names none ($TRITON_F32_DEFAULT: TF32
+    on an NVIDIA GPU unless it says ieee). Planning depends on them (planning.discover), and a Triton kernel's
+    fingerprint holds them."""
+    return {name: os.environ.get(name) for name in (TRITON_INTERPRET_ENV, TRITON_F32_DEFAULT_ENV)}
 
 
 def settle_triton_mode() -> None:

@@ -343,7 +343,10 @@ def drawing_code(*modules: str) -> list:
 def plot_key(row: CaseRow) -> str:
     """The digest of everything a case's figures are drawn from, or None when the row cannot say (no
     content keys): the golden's and the kernel's outputs and the rounds (their entries' keys, None for a
-    stage that did not run), the policy judging them (its fingerprint), and the code that draws them."""
+    stage that did not run), the policy judging them (its fingerprint), and the code that draws them. A case
+    that could not be planned has no content to draw: its figures say why, from its error alone."""
+    if "plan" in row.errors:
+        return digest_json({"plan": row.errors["plan"], "code": drawing_code()})
     if not row.keys or not row.fingerprints.get("policy"):
         return None
     drawn_from = {stage: row.keys.get(stage) for stage in _DRAWN_FROM}

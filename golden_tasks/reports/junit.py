@@ -65,7 +65,7 @@ def _figures(row: CaseRow) -> dict:
     figures = {"kernel_us": row.kernel_us, "kernel_mean_us": kernel and kernel.mean,
                "kernel_rse": kernel and kernel.rse, "kernel_rounds": kernel and kernel.rounds,
                "golden_us": row.golden_us, "speedup": row.speedup, "speedup_err": row.speedup_err,
-               "max_abs": row.max_abs}
+               "max_abs": row.max_abs, "unwritten": row.unwritten, "nan": row.nan, "inf": row.inf}
     return {name: value for name, value in figures.items() if value is not None}
 
 
@@ -82,8 +82,8 @@ def _summary_line(row: CaseRow) -> str:
     if "speedup" in figures:
         err = f" ±{figures['speedup_err']:.2f}" if "speedup_err" in figures else ""
         words.append(f"speedup {figures['speedup']:.2f}x{err}")
-    if "max_abs" in figures:
-        words.append(f"max abs err {figures['max_abs']:.3g}")
+    if {"max_abs", "unwritten", "nan", "inf"} & set(figures):
+        words.append(f"max err {row.max_error()}")
     return ", ".join(words)
 
 

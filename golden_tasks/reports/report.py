@@ -40,7 +40,7 @@ def _speedup(row: CaseRow) -> str:
 def format_table(rows: list) -> str:
     header = ["case", "status", *[s.name for s in STAGES], "max err", "kernel median us", "golden median us",
               "speedup"]
-    body = [[r.case, r.status, *r.stages.values(), _num(r.max_abs, ".2e"), _num(r.kernel_us, ".1f"),
+    body = [[r.case, r.status, *r.stages.values(), r.max_error(), _num(r.kernel_us, ".1f"),
              _num(r.golden_us, ".1f"), _speedup(r)] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]

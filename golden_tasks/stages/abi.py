@@ -17,10 +17,11 @@ def problems(params: list, signature: list, ranks: int = 1) -> list:
     given = [s["name"] for s in signature]
     found = []
     missing, extra = [n for n in declared if n not in given], [n for n in given if n not in declared]
-    if missing:
-        found.append(f"kernel parameters with no spec: {', '.join(missing)}")
-    if extra:
-        found.append(f"specs that are not kernel parameters: {', '.join(extra)}")
+    # one line: the summary shows the first, and the two halves together say what to rename
+    names = [f"kernel parameters with no spec: {', '.join(missing)}"] * bool(missing) + \
+        [f"specs that are not kernel parameters: {', '.join(extra)}"] * bool(extra)
+    if names:
+        found.append("; ".join(names) + (" (a spec is named as its kernel parameter)" if missing and extra else ""))
     if not missing and not extra and declared != given:
         found.append(f"order differs: kernel ({', '.join(declared)}) vs specs ({', '.join(given)})")
     specs = {s["name"]: s for s in signature}

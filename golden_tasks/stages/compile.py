@@ -13,4 +13,5 @@ def run(case, plan, workdir, abi):
     except CompileError as exc:
         raise StageFailed(f"compile failed for {plan.case}: {exc}") from exc
     return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module=type(artifact).__module__,
-                                                          table=artifact.table, device=artifact.device))
+                                                          table=artifact.table, device=artifact.device,
+                                                          config=artifact.config()))

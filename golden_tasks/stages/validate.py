@@ -7,7 +7,7 @@ import dataclasses
 
 from ..model.compare import Allclose, Policy, allclose
 from ..model.origin import dumps_by_value
-from ..model.outputs import POLICY_FILE, ValidateMeta
+from ..model.outputs import POLICY_FILE, ValidateMeta, Worst
 from ..model.specs import STACKED, unwritten
 from . import Outputs, StageFailed
 
@@ -21,30 +21,54 @@ def _wrong_ranks(policy: Policy, name: str, actual: dict, expected: dict) -> lis
         name, {**actual, name: actual[name][r]}, {**expected, name: expected[name][r]}).passed]
 
 
-def not_written(actual: dict, expected: dict, blank) -> list:
+def not_written(actual: dict, expected: dict, blank, returned: str = None) -> list:
     """A message for each output of `blank` (those whose buffer started as the canary) in which the
-    kernel left elements holding it, where the golden does not."""
+    kernel left elements holding it, where the golden does not; `returned`: what the kernel returned
+    that is none of its arguments (DispatchMeta), the likely cause then."""
+    why = (f"the kernel returned {returned}: an Out is written in place, never returned (a launcher ported from "
+           "Triton's tutorials allocates and returns its output: write into the Out parameter instead, passing it "
+           "to the kernel)" if returned else
+           "an Out has no initial content unless its spec declares one; the kernel must write every element, or, "
+           "if it accumulates into its output, the spec must say init_value=torch.zeros")
     found = []
     for name in blank:
         left = unwritten(actual[name]) & ~unwritten(expected[name])
         if left.any():
             where = tuple(left.nonzero()[0].tolist())
             found.append(f"output {name!r}: {int(left.sum())} of {left.numel()} elements not written "
-                         f"(first at {where}): an Out has no initial content unless its spec declares one; "
-                         "the kernel must write every element, or, if it accumulates into its output, the "
-                         "spec must say init_value=torch.zeros")
+                         f"(first at {where}): {why}")
     return found
 
 
+def worst(results: list, actual: dict, expected: dict, blank) -> Worst:
+    """The Worst of a validation: the elements of each output that the kernel left unwritten (`blank`: the
+    outputs that started as the canary, itself a NaN in a float), else made NaN or infinite where the
+    golden's are finite, counted; the comparisons' largest finite absolute error (`results`)."""
+    counts = {"unwritten": 0, "nan": 0, "inf": 0}
+    for name, want in expected.items():
+        got = actual.get(name)
+        if got is None or got.shape != want.shape:  # the comparison says what is wrong with it
+            continue
+        left = unwritten(got) & ~unwritten(want) if name in blank else None
+        counts["unwritten"] += int(left.sum()) if left is not None else 0
+        if got.is_floating_point() or got.is_complex():
+            written = ~left if left is not None else True
+            counts["nan"] += int((got.isnan() & ~want.isnan() & written).sum())
+            counts["inf"] += int((got.isinf() & want.isfinite() & written).sum())
+    compared = [r.max_abs for r in results if r.total]
+    return Worst(max_abs=max(compared) if compared else None, **counts)
+
+
 def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: dict, placement=None,
-          blank=()) -> ValidateMeta:
+          blank=(), returned: str = None) -> ValidateMeta:
     """The validation report; raises StageFailed naming every output the kernel left unwritten in part
-    (`blank`: the outputs that started as the canary), every mismatching output (for an output
-    stacked by `placement`, name -> TensorSpec.resident as AbiMeta.placement holds it, the ranks
-    whose slice is wrong), and every input that holds NaN/Inf (`nonfinite`: name -> description),
-    a likely cause."""
+    (`blank`: the outputs that started as the canary; `returned`: as not_written's), every mismatching
+    output (for an output stacked by `placement`, name -> TensorSpec.resident as AbiMeta.placement holds
+    it, the ranks whose slice is wrong), and every input that holds NaN/Inf (`nonfinite`: name ->
+    description), a likely cause; where no input does and the kernel made NaN where the golden has
+    none, a read past an input's end, which meets NaN there (the inputs lie between NaN guards)."""
     results = policy.check(actual, expected)
-    failed = not_written(actual, expected, blank)
+    failed = not_written(actual, expected, blank, returned)
     for r in results:
         if r.passed:
             continue
@@ -53,12 +77,17 @@ def judge(policy: Policy, actual: dict, expected: dict, case: str, nonfinite: di
         where = (f"\n  wrong on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))} "
                  f"(of {expected[r.name].shape[0]}: the leading dim is the rank)" if ranks else "")
         failed.append(r.message + where)
-    max_abs = max((r.max_abs for r in results), default=0.0)
     if failed:
+        found = worst(results, actual, expected, blank)
         causes = [f"note: input {name!r} holds {what}; it may propagate to the outputs"
                   for name, what in nonfinite.items()]
-        raise StageFailed(f"validation FAILED for {case}:\n" + "\n".join(failed + causes), max_abs=max_abs)
-    return ValidateMeta(outputs=[r.to_json() for r in results], max_abs=max_abs)
+        if found.nan and not nonfinite:
+            causes.append(f"note: the kernel's outputs hold {found.nan} NaN where the golden's are finite, and no "
+                          "input holds one; every input lies between guard regions of NaN (-1 in an integer "
+                          "tensor), so a read past an input's end (a load whose mask lets an index through) "
+                          "is a likely cause, as is an overflow")
+        raise StageFailed(f"validation FAILED for {case}:\n" + "\n".join(failed + causes), worst=found)
+    return ValidateMeta(outputs=[r.to_json() for r in results], max_abs=max((r.max_abs for r in results), default=0.0))
 
 
 def vacuous(policy: Policy, actual: dict, expected: dict) -> list:
@@ -101,7 +130,7 @@ def run(case, plan, workdir, dispatch, golden, inputs):
         raise StageFailed(f"{plan.case}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
     meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite, case.placement(),
-                 blank(golden, inputs))
+                 blank(golden, inputs), dispatch.meta.returned)
     meta = dataclasses.replace(meta, warnings=vacuous(policy, dispatch.tensors, golden.tensors))
     saved = workdir / POLICY_FILE
     saved.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
