@@ -31,7 +31,9 @@ class Project:
         return [sys.executable, "-m", "doit", *args]
 
     def doit(self, *args, env=None):
-        """Run doit with the JSON reporter; return (exit code, {task: result}, report, stderr)."""
+        """Run doit with the JSON reporter; return (exit code, {task: result}, report, stderr). A result is
+        doit's ("success", "fail", "up-to-date", ...), or "unmet" for a task that a failure upstream kept from
+        running (doit reports it as failed, never started)."""
         proc = subprocess.run(self.command("--reporter=json", *args), cwd=self.path, env={**self.env, **(env or {})},
                               capture_output=True, text=True, timeout=1200)
         try:
@@ -40,7 +42,9 @@ class Project:
             raise AssertionError(f"doit printed no JSON report:\n{proc.stdout}\n{proc.stderr}") from None
         # the JSON reporter captures what the parent and each task write to stderr
         err = proc.stderr + report.get("err", "") + "".join(t.get("err") or "" for t in report["tasks"])
-        return proc.returncode, {t["name"]: t["result"] for t in report["tasks"]}, report, err
+        results = {t["name"]: "unmet" if t["result"] == "fail" and not t["started"] else t["result"]
+                   for t in report["tasks"]}
+        return proc.returncode, results, report, err
 
     def console(self, *args, env=None):
         return subprocess.run(self.command(*args), cwd=self.path, env={**self.env, **(env or {})},

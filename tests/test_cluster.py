@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from project import Project
+from project import ROOT, Project
 
 from golden_tasks.project.toolchain import node_class
 
@@ -171,6 +171,18 @@ def test_a_resource_no_node_has_fails_its_case_with_the_resource_named(ray_clust
     assert "'tpu_v9'" in case["errors"]["dispatch"] and "which no node of the Ray cluster" in case["errors"]["dispatch"]
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_cuda_kernel_on_a_cluster_without_a_gpu_is_skipped_as_on_a_machine_without_one(ray_cluster, tmp_path):
+    """Its dispatch and bench would ask for a GPU that no node has (and failed so); they run on a CPU node
+    instead, which skips them as a machine without a GPU does: the library verifies on a CPU cluster."""
+    proj = Project(tmp_path / "p", ("cpp_kernels", "rms_norm"))
+    shutil.copytree(ROOT / "kernels" / "cpp", proj.path / "kernels" / "cpp")
+    code, _, record, err = _on_ray(ray_cluster, proj, "verify:rms_norm_cuda")
+    (case,) = record["cases"]
+    assert code == 0 and case["status"] == "SKIPPED", (case, err)
+    assert case["skipped"].startswith("a CUDA kernel and no CUDA device here")
+
+
 def test_a_crashing_kernel_is_its_case_failing_not_a_lost_task(ray_cluster, tmp_path):
     proj = _project(tmp_path / "p")
     code, _, record, _ = _on_ray(ray_cluster, proj, "verify:crashes")
@@ -297,17 +309,21 @@ def _stop(folder: Path) -> list:
 
 
 def test_the_documented_commands_start_a_cluster_of_this_machines_class(tmp_path):
-    """docs/cluster.md's own commands: `golden-tasks node --head ...` starts a head, `golden-tasks node --address
-    ...` joins a node to it (its arguments reach `ray start` as they are: argparse once refused --head), both
-    of this machine's class, and the documented driver's run verifies on them; then the cluster is stopped.
-    The head offers no CPU, so every task ran on the joined node. Token authentication is as the machine
-    has it: on where it holds a token, and then for the node and the driver too."""
+    """docs/cluster.md's own commands: Ray's token authentication set up as it says, `golden-tasks node --head
+    ...` starts a head, `golden-tasks node --address ...` joins a node to it (its arguments reach `ray start`
+    as they are: argparse once refused --head), both of this machine's class, and the documented driver's run
+    verifies on them; then the cluster is stopped. The head offers no CPU, so every task ran on the joined
+    node."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     folder = Path(tempfile.mkdtemp(prefix="gt-ray-", dir="/tmp"))  # short: Ray's socket paths lie below it
     proj = Project(tmp_path / "p", modules=("hello_world",))
     env = {k: v for k, v in proj.env.items() if not k.startswith("RAY_")}  # a new shell's: no cluster named
+    name, _, value = _documented("export RAY_AUTH_MODE=", port)[1].partition("=")
+    env[name] = value
+    token = subprocess.run(_documented("ray get-auth-token", port), env=env, capture_output=True, text=True)
+    assert token.returncode == 0 and Path("~/.ray/auth_token").expanduser().is_file(), token.stderr
     try:
         head = subprocess.run([*_documented("golden-tasks node --head", port), "--num-cpus", "0", "--temp-dir",
                                str(folder), "--include-dashboard", "false", "--disable-usage-stats"],

@@ -93,6 +93,7 @@ def test_the_json_reporter_of_a_ray_run_that_fails_a_case_is_whole(tmp_path):
     assert code != 0 and results["validate:hello_world"] == "fail" and results["validate:rms_norm"] == "success"
     assert "Traceback" not in err and "Exception ignored" not in err, err
     record = json.loads((proj.path / "runs" / "report.json").read_text())
-    assert {c["case"]: c["status"] for c in record["cases"]} == {"hello_world": "FAIL", "rms_norm": "PASS"}
+    statuses = {c["case"]: c["status"] for c in record["cases"]}
+    assert statuses.pop("hello_world") == "FAIL" and set(statuses.values()) == {"PASS"}, statuses
     page = proj.path / "runs" / "report.html"
     assert page.stat().st_mtime >= record["finished"] and "hello_world" in page.read_text()

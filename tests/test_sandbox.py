@@ -477,6 +477,7 @@ def test_base_readable_leaves_out_the_checkout(tmp_path, monkeypatch):
     assert checkout not in readable and tmp_path not in readable and Path("") not in readable
     assert checkout / "src" in readable  # beneath the checkout is the caller's business (a venv's site-packages)
     assert Path(sys.prefix) in readable and Path("/usr") in readable and Path("/dev/null") in readable
+    assert Path(sandbox.__file__).resolve().parents[1] in readable  # golden_tasks itself, from wherever it comes
 
 
 def test_a_compiler_installed_elsewhere_runs_confined(tmp_path, monkeypatch):

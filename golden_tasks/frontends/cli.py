@@ -14,7 +14,6 @@ import argparse
 import functools
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from ..model.hashing import digest_file
 from ..pipeline import graph
-from ..pipeline.cluster import joining_environment, start_node
+from ..pipeline.cluster import start_node
 from ..planning.library import planned_library, run_variables, unknown_variables
 from ..project import config
 from ..project.fingerprint_parts import changed_parts
@@ -370,7 +369,7 @@ def main(argv=None) -> int:
             print(f"golden-tasks node: {exc}", file=sys.stderr)
             return 2
         print(f"node class {node_class()} (this machine's toolchain and hardware)", flush=True)
-        return subprocess.call(started, env={**os.environ, **joining_environment()})
+        return subprocess.call(started)
     if args.command == "replay":
         from ..pipeline.replay import main as replay_main  # noqa: PLC0415 -- imports torch
 

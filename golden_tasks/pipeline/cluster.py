@@ -5,7 +5,8 @@ commits every entry.
     graph.execute(..., producer=RayCluster.produce)   in the driver (doit's parent, submitting from threads)
       -> _connect, once, on the first stage that must run (a run whose stages are all cached never connects):
          ray.init with the checkout as the job's working_dir, the route the sources take to the nodes
-      -> _options: CPUs, a GPU when the artifact lives on one, the case's resources for the stages that run
+      -> _options: CPUs, a GPU when the artifact lives on one (and the cluster has one: else the stage is
+         skipped on the node, as on a machine without a GPU), the case's resources for the stages that run
          its kernel or golden, and always the driver's node class (toolchain.node_class); a multi-rank stage
          a placement group of world-size bundles on one node, all or nothing. A resource no node has fails
          the case with its name, rather than waiting for ever.
@@ -44,23 +45,10 @@ PLACEMENT_SECONDS = 120.0  # how long a multi-rank stage waits for its ranks' bu
 EXCLUDED = (".git", ".venv", ".doit.db*", "__pycache__")
 # the driver's variables a worker's stages read
 FORWARDED = (config.PROFILE_ENV, config.RANKS_ENV, config.SANDBOX_ENV, config.EXECUTOR_ENV, "CXX", "PYTHONWARNINGS")
-# Ray's token authentication (Ray 2.52 and later): its mode, and where a token is found, first to last
+# Ray's token authentication (Ray 2.52 and later): its mode, as every node and driver of a cluster must set it
+# alike (docs/cluster.md), and where a token is kept unless $RAY_AUTH_TOKEN or $RAY_AUTH_TOKEN_PATH say otherwise
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
-TOKEN_SOURCES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
-DEFAULT_TOKEN = Path("~/.ray/auth_token")
-
-
-def joining_environment() -> dict:
-    """The environment of a process that joins a cluster here (a node: `golden-tasks node`; the driver of a
-    run with an address): Ray's RAY_AUTH_MODE as set, else "token" where this machine holds a token, which
-    is what `ray start --head` decides for a head (Ray 2.59 and later: a `ray.init()` on this machine leaves
-    a token in DEFAULT_TOKEN). Without this rule a head started here with a token refuses every node and
-    driver started here after it ("Authentication token is missing")."""
-    if os.environ.get(AUTH_MODE_ENV):
-        return {}
-    if any(os.environ.get(name) for name in TOKEN_SOURCES) or DEFAULT_TOKEN.expanduser().is_file():
-        return {AUTH_MODE_ENV: "token"}
-    return {}
+DEFAULT_TOKEN = "~/.ray/auth_token"
 
 
 def producer(root: Path):
@@ -140,8 +128,6 @@ class RayCluster:
                     self.unreachable = (f"cannot reach the Ray cluster at {address} (${config.RAY_ADDRESS_ENV} or "
                                          f"ray_address=): {problem}")
                     raise StageFailed(self.unreachable)
-                if address:  # Ray reads its mode from the environment, as it is imported and as it connects
-                    os.environ.update(joining_environment())
                 import ray  # noqa: PLC0415 -- only a run that submits imports ray
 
                 project = config.Project.at(self.root)
@@ -185,7 +171,8 @@ class RayCluster:
         ray = self._ray
         cpus = max(1, int(os.environ.get(config.THREADS_ENV) or 1))
         device = upstream["compile"].meta.get("device", "cpu") if "compile" in upstream else "cpu"
-        gpus = 1 if device == "cuda" else 0
+        # a cluster with no GPU at all runs it anywhere: the node skips a CUDA kernel, as a machine without one does
+        gpus = 1 if device == "cuda" and ray.cluster_resources().get("GPU", 0) >= 1 else 0
         resources = {node_class(): CLASS_SHARE, **(plan.resources if "resources" in keyed_fields(stage.name) else {})}
         options = {"num_cpus": cpus, "num_gpus": gpus, "resources": resources, "max_retries": RETRIES,
                    "retry_exceptions": False}
@@ -226,8 +213,8 @@ def _root_cause(exc: BaseException) -> str:
         exc = exc.__cause__
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if type(exc).__name__ == "AuthenticationError":
-        first += (f" (the cluster authenticates with a token: give this machine the cluster's token, in "
-                  f"{DEFAULT_TOKEN} or ${TOKEN_SOURCES[0]}, and set {AUTH_MODE_ENV}=token; docs/cluster.md)")
+        first += (f" (the cluster authenticates with a token: set {AUTH_MODE_ENV}=token where doit runs, with the "
+                  f"cluster's token in {DEFAULT_TOKEN}; docs/cluster.md)")
     return first
 
 

@@ -92,13 +92,18 @@ def plan_in_subprocess(root: Path, modules: list, profile: str = None) -> dict:
     env = {**os.environ, config.PROFILE_ENV: profile} if profile else None
     planned, left = {}, list(modules)
     while left:
-        fd, log = tempfile.mkstemp(prefix="golden-tasks-planning-", suffix=".log")
-        os.close(fd)
         try:
-            proc = reaper.python_module("golden_tasks.planning.discover", str(root), log, *left, cwd=root, env=env)
-            reads = Path(log).read_text(errors="surrogateescape")
+            fd, log = tempfile.mkstemp(prefix="golden-tasks-planning-", suffix=".log")
+            os.close(fd)
+        except OSError:  # no room for it: a module that ends the process is then not known
+            log = None
+        try:
+            proc = reaper.python_module("golden_tasks.planning.discover", str(root), log or os.devnull, *left,
+                                        cwd=root, env=env)
+            reads = Path(log).read_text(errors="surrogateescape") if log else ""
         finally:
-            os.unlink(log)
+            if log:
+                os.unlink(log)
         if proc.returncode == 0:
             try:
                 return {**planned, **json.loads(proc.stdout)}
@@ -148,8 +153,7 @@ def plan_modules(root: Path, modules: list, log: int = None) -> dict:
         for module_name in modules:
             found = project.module(module_name)
             shown = project.relative(found.path)
-            if log is not None:
-                os.write(log, f"{_IMPORTING}\t{module_name}\n".encode())
+            observer.note(f"{_IMPORTING}\t{module_name}")
             observer.add("files", str(found.path))
             try:
                 module = importlib.import_module(module_name)

@@ -45,8 +45,16 @@ class Observer:
         found = getattr(self, kind)
         if name not in found:
             found.add(name)
-            if self.log is not None:
-                os.write(self.log, f"{kind}\t{name}\n".encode(errors="surrogateescape"))
+            self.note(f"{kind}\t{name}")
+
+    def note(self, line: str) -> None:
+        """Write `line` to the log, if there is one and it can still be written (a full disk ends the log,
+        not the planning: it only serves a process that dies)."""
+        if self.log is not None:
+            try:
+                os.write(self.log, f"{line}\n".encode(errors="surrogateescape"))
+            except OSError:
+                self.log = None
 
     def __enter__(self):
         if not getattr(Observer, "_hooked", False):

@@ -426,11 +426,12 @@ def _compiler_trees() -> list[Path]:
 
 def base_readable() -> list[Path]:
     """What any confined Python + torch process reads: the Python prefixes and the import path (not ''
-    nor the current directory or one above it: a project's own sources are the caller's to add), the
-    system (/usr, /lib*, /bin, /sbin, /etc, /proc, /sys), the compilers' trees, harmless devices and the
-    GPU's, when present."""
+    nor the current directory or one above it: a project's own sources are the caller's to add),
+    golden_tasks' own package (wherever it is imported from: a checkout on $PYTHONPATH that is the current
+    directory too), the system (/usr, /lib*, /bin, /sbin, /etc, /proc, /sys), the compilers' trees,
+    harmless devices and the GPU's, when present."""
     cwd = Path(os.getcwd())
-    found = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    found = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)] + [Path(__file__).resolve().parents[1]]
     user_site = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
     for entry in [*sys.path, *site.getsitepackages(), *user_site]:
         if entry and os.path.isabs(entry) and os.path.exists(entry) and not cwd.is_relative_to(entry):
