@@ -175,7 +175,7 @@ def test_a_resource_no_node_has_fails_its_case_with_the_resource_named(ray_clust
 def test_a_cuda_kernel_on_a_cluster_without_a_gpu_is_skipped_as_on_a_machine_without_one(ray_cluster, tmp_path):
     """Its dispatch and bench would ask for a GPU that no node has (and failed so); they run on a CPU node
     instead, which skips them as a machine without a GPU does: the library verifies on a CPU cluster."""
-    proj = Project(tmp_path / "p", ("cpp_kernels", "rms_norm"))
+    proj = Project(tmp_path / "p", ("cpp_kernels", "rms_norm", "softmax", "gemm"))
     shutil.copytree(ROOT / "kernels" / "cpp", proj.path / "kernels" / "cpp")
     code, _, record, err = _on_ray(ray_cluster, proj, "verify:rms_norm_cuda")
     (case,) = record["cases"]

@@ -287,8 +287,7 @@ def test_multi_rank_cases_verify_side_by_side_under_doit_n_2(ranked):
     assert len(rows["good"]["rank_us"]) == 2 and rows["good"]["kernel_us"] >= max(rows["good"]["rank_us"])
     # torch's store names its ranks' loopback address: in a confined pool, /etc/hosts does, not a DNS server
     # that is not there (it warned "[c10d] The hostname of the client socket cannot be retrieved" per rank)
-    shown = ranked.run.stdout + ranked.run.stderr
-    assert "c10d" not in shown and "[W" not in shown, shown
+    assert "hostname of the client socket" not in ranked.run.stdout + ranked.run.stderr
 
 
 def test_a_multi_rank_runtime_dir_replays(ranked):
@@ -299,6 +298,7 @@ def test_a_multi_rank_runtime_dir_replays(ranked):
 def test_ranks_variable_runs_every_multi_rank_case_at_that_world_size(ranked):
     proc = ranked.console("verify:good", "ranks=4")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[W" not in proc.stdout + proc.stderr  # four confined ranks that meet and pass print nothing of torch's
     assert "dispatch:good" in proc.stdout  # another world size: another key, so it ran
     row = next(r for r in json.loads((ranked.path / "runs" / "report.json").read_text())["cases"]
                if r["case"] == "good")
