@@ -89,7 +89,8 @@ def test_the_json_reporter_of_a_ray_run_that_fails_a_case_is_whole(tmp_path):
     proj = Project(tmp_path / "p", modules=("hello_world", "rms_norm"), html=True)
     proj.edit("hello_world", "torch.sub(x, y, alpha=-1)", "torch.sub(x, y)")
     proj.env.pop("RAY_ADDRESS", None)  # a Ray instance of the run's own
-    code, results, report, err = proj.doit("-n", "2", "verify", "executor=ray", "backend=eager", "rounds=3")
+    code, results, report, err = proj.doit("-n", "2", "verify:hello_world", "verify:rms_norm", "executor=ray",
+                                           "backend=eager", "rounds=3")
     assert code != 0 and results["validate:hello_world"] == "fail" and results["validate:rms_norm"] == "success"
     assert "Traceback" not in err and "Exception ignored" not in err, err
     record = json.loads((proj.path / "runs" / "report.json").read_text())
@@ -97,3 +98,16 @@ def test_the_json_reporter_of_a_ray_run_that_fails_a_case_is_whole(tmp_path):
     assert statuses.pop("hello_world") == "FAIL" and set(statuses.values()) == {"PASS"}, statuses
     page = proj.path / "runs" / "report.html"
     assert page.stat().st_mtime >= record["finished"] and "hello_world" in page.read_text()
+
+
+def test_golden_tasks_node_passes_its_arguments_to_ray_start_or_says_why_it_cannot(monkeypatch, capsys):
+    """Every argument after `node` is ray start's (argparse once read --head as its own, and refused it);
+    without ray installed, one line says so."""
+    from golden_tasks.frontends import cli
+
+    assert cli._ray_start_arguments(["--project", "p", "node", "--head", "--port", "6379"]) == \
+        (["--project", "p", "node"], ["--head", "--port", "6379"])
+    assert cli._ray_start_arguments(["stats", "--runs", "3"]) == (["stats", "--runs", "3"], [])
+    monkeypatch.setattr(cluster.importlib.util, "find_spec", lambda name: None)
+    assert cli.main(["node", "--head", "--port", "6379"]) == 2
+    assert capsys.readouterr().err == "golden-tasks node: ray is not installed here: pip install 'golden-tasks[ray]'\n"

@@ -21,6 +21,7 @@ failure), so it is never retried into a PASS. Imports ray only when it connects.
 """
 import atexit
 import functools
+import importlib.util
 import json
 import os
 import socket
@@ -233,7 +234,10 @@ def _unreachable(address: str) -> str | None:
 
 def start_node(ray_args: list) -> list:
     """The command that starts this machine as a node of its class (`golden-tasks node ARGS`): `ray start ARGS`,
-    the class's resource added to the node's custom resources (merged into a --resources JSON given)."""
+    the class's resource added to the node's custom resources (merged into a --resources JSON given); a
+    ValueError says what is wrong (a --resources that is no JSON object, no ray installed)."""
+    if importlib.util.find_spec("ray") is None:
+        raise ValueError("ray is not installed here: pip install 'golden-tasks[ray]'")
     args, resources = list(ray_args), {}
     for i, arg in enumerate(args):
         if arg == "--resources" or arg.startswith("--resources="):
