@@ -10,7 +10,11 @@ meta-parameters, on the case's inputs made on the GPU.
 Needs an NVIDIA GPU with CUDA (the interpreter's times are no performance figures): without one it says
 so and measures nothing.
 
-    python benchmarks/triton_vs_do_bench.py [--cases matmul_triton_bf16 ...]
+    python benchmarks/triton_vs_do_bench.py [--cases matmul_triton_bf16 ...] [--record RUNS/report.json]
+                                            [--json OUT.json]
+
+--record reads the bench means from the run record of a run that verified the cases with flush=1 (the GPU
+check's: benchmarks/gpu_check.py) instead of verifying them again; --json writes the rows for a script.
 """
 import argparse
 import json
@@ -29,14 +33,19 @@ CASES = ("matmul_triton_bf16", "rms_norm_triton_bf16", "softmax_triton_bf16", "d
 
 
 def verified(where: Path, cases) -> dict:
-    """case -> the bench stage's mean, in us, of a cold `doit verify` of `cases` with flush=1."""
+    """case -> (status, the bench stage's mean in us) of a cold `doit verify` of `cases` with flush=1."""
     shutil.copy(ROOT / "dodo.py", where)
     shutil.copytree(ROOT / "kernels", where / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "GOLDEN_TASKS_CACHE": str(where / "cache"), "GOLDEN_TASKS_RUNS": str(where / "runs"),
            "GOLDEN_TASKS_HTML": "0"}
-    subprocess.run([sys.executable, "-m", "doit", "--continue", *[f"verify:{c}" for c in cases], "flush=1"],
+    subprocess.run([sys.executable, "-m", "doit", *[f"verify:{c}" for c in cases], "flush=1"],
                    cwd=where, env=env, check=False, capture_output=True)
-    rows = json.loads((where / "runs" / "report.json").read_text())["cases"]
+    return recorded(where / "runs" / "report.json")
+
+
+def recorded(path: Path) -> dict:
+    """case -> (status, the bench stage's mean in us) of the run record at `path`."""
+    rows = json.loads(Path(path).read_text())["cases"]
     return {r["case"]: (r["status"], (r.get("kernel_timing") or {}).get("mean")) for r in rows}
 
 
@@ -57,24 +66,41 @@ def do_bench_us(case_name: str) -> float:
     return triton.testing.do_bench(lambda: launcher(*args, **options), return_mode="mean") * 1e3
 
 
+def compare(ours: dict, cases) -> list:
+    """A row per case: its status, the bench stage's mean, do_bench's mean and their ratio (us; None where
+    there is none), printed as it is measured."""
+    rows = []
+    print(f"{'case':24} {'status':8} {'bench mean us':>14} {'do_bench us':>12} {'ratio':>7}", flush=True)
+    for case in cases:
+        status, mean = ours.get(case, ("missing", None))
+        theirs = do_bench_us(case) if status == "PASS" else None
+        ratio = mean / theirs if mean and theirs else None
+        rows.append({"case": case, "status": status, "bench_us": mean, "do_bench_us": theirs, "ratio": ratio})
+        print(f"{case:24} {status:8} {mean or float('nan'):14.2f} {theirs or float('nan'):12.2f} "
+              f"{'-' if ratio is None else format(ratio, '.3f'):>7}", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=CASES)
+    parser.add_argument("--record", type=Path, help="the report.json of a run that verified the cases with flush=1")
+    parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
     import torch
 
     if not torch.cuda.is_available():
         print("no CUDA GPU here: the interpreter's times are no performance figures, so nothing is measured")
         raise SystemExit(2)
-    with tempfile.TemporaryDirectory(prefix="triton-vs-do-bench-") as where:
-        ours = verified(Path(where), args.cases)
-        sys.path.insert(0, where)  # its kernels package
-        print(f"{'case':24} {'status':8} {'bench mean us':>14} {'do_bench us':>12} {'ratio':>7}")
-        for case in args.cases:
-            status, mean = ours.get(case, ("missing", None))
-            theirs = do_bench_us(case) if status == "PASS" else None
-            ratio = f"{mean / theirs:.3f}" if mean and theirs else "-"
-            print(f"{case:24} {status:8} {mean or float('nan'):14.2f} {theirs or float('nan'):12.2f} {ratio:>7}")
+    if args.record:
+        rows = compare(recorded(args.record), args.cases)
+    else:
+        with tempfile.TemporaryDirectory(prefix="triton-vs-do-bench-") as where:
+            ours = verified(Path(where), args.cases)
+            sys.path.insert(0, where)  # its kernels package
+            rows = compare(ours, args.cases)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

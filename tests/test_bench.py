@@ -177,6 +177,7 @@ def test_timings_are_not_reused_across_machines_and_fresh_measures_again(monkeyp
     assert not any(graph.remeasured(s, plan) for s in graph.STAGES)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 1, reason="GPU timing needs a CUDA device; this machine has none")
 def test_a_cuda_kernel_is_timed_with_events_and_a_cold_l2_on_its_gpu(tmp_path):
     from kernels import cpp_kernels

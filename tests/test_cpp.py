@@ -316,6 +316,7 @@ def test_a_wrong_kernel_fails_validation(project):
     assert not result.passed and "output 'y'" in result.error
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_cuda_source_compiles_with_nvcc(tmp_path, monkeypatch):
     (tmp_path / "scale.cu").write_text(textwrap.dedent("""\

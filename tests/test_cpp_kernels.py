@@ -77,6 +77,7 @@ def test_softmax_within_its_bound(rows, cols, scale, tmp_path):
     assert scale == 1 or (actual == 0).any()  # the underflow path ran
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_rms_norm_cuda(tmp_path):
     """On a GPU, held to the CPU kernel's bound (a tree sum is no worse); without one it compiles
@@ -92,6 +93,7 @@ def test_rms_norm_cuda(tmp_path):
     torch.testing.assert_close(actual, expected, rtol=(cols / 2 + 6) * U, atol=0)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine runs the CUDA case (the GPU check verifies it)")
 def test_the_cpp_cases_verify_with_doit_and_cuda_is_skipped_not_passed(tmp_path):
     proj = Project(tmp_path / "p", ("cpp_kernels", "rms_norm", "softmax", "gemm"))
     shutil.copytree(ROOT / "kernels" / "cpp", proj.path / "kernels" / "cpp")

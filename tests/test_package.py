@@ -37,7 +37,7 @@ def test_the_wheel_in_a_fresh_venv_verifies_a_project_outside_the_repository(tmp
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         entry_points = archive.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert "golden_tasks/frontends/pytest_plugin.py" in names and not any(n.startswith(("kernels/", "tests/")) for n in names)
-    assert "Requires-Dist: torch>=2.13.0" in metadata  # a range: it installs beside the user's own torch
+    assert "Requires-Dist: torch>=2.11" in metadata  # a range: it installs beside the user's own torch
     assert "[pytest11]" in entry_points and "[doit.LOADER]" in entry_points
     with tarfile.open(sdist) as archive:
         assert any(n.endswith("golden_tasks/project/layout.py") for n in archive.getnames())

@@ -346,6 +346,7 @@ def test_a_case_runs_across_groups_of_processes_started_by_torchrun(ranked):
         in proc.stderr
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a CUDA device per rank; this machine has "
                     f"{torch.cuda.device_count()}")
 def test_a_cuda_kernel_runs_its_ranks_in_an_nccl_group(tmp_path):

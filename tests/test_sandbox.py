@@ -134,6 +134,7 @@ def test_writes_only_beneath_writable(tmp_path, cache):
     assert (private / "new").read_text() == "x"
 
 
+@pytest.mark.gpu  # also here: what the GPU sandbox covers, without a GPU
 def test_a_gpu_process_finds_the_store_covered_and_no_network(tmp_path, cache):
     """Without Landlock (the CUDA driver does not start under it), the withheld folders are covered by
     empty read-only mounts; the files beneath them are untouched, and what is not withheld stays open
@@ -231,6 +232,7 @@ def test_a_pools_loopback_has_names_though_no_name_server_answers_there(tmp_path
         sandbox.LOOPBACK_NAMES)
 
 
+@pytest.mark.gpu  # also here: what the GPU sandbox covers, without a GPU
 def test_a_gpu_pools_ranks_keep_unix_sockets_but_find_the_forkservers_covered(tmp_path):
     """A GPU pool's ranks (no Landlock; NCCL's unix sockets) find the multiprocessing forkservers'
     folders covered; the user's other pathname listeners stay reachable (a known gap, GPU_GAPS)."""
@@ -261,6 +263,7 @@ def test_a_gpu_pools_ranks_keep_unix_sockets_but_find_the_forkservers_covered(tm
     assert ok and outcomes == ["FileNotFoundError", "connected"], outcomes
 
 
+@pytest.mark.gpu  # also here: what the GPU sandbox covers, without a GPU
 def test_a_confined_cpu_kernel_sees_no_gpu(tmp_path):
     """A process confined for a CPU kernel has no GPU: torch counts none without starting a CUDA driver."""
     def probe():
