@@ -1,7 +1,8 @@
-"""What users and saved files name keeps working across golden-tasks' own reorganisations: a runtime dir
-written before the modules moved into layered packages (tests/data/runtime_dir_before_layers, by golden_tasks.run
-at commit ba79ae9: its manifest names golden_tasks.jit, its artifact's pickle golden_tasks.model.specs and its policy's
-golden_tasks.model.compare) replays, and the documented import paths import."""
+"""A runtime dir written by an earlier golden-tasks whose module paths are gone (tests/data/runtime_dir_before_layers,
+written by golden_tasks.run at commit ba79ae9, before the modules moved into layered packages: its manifest names
+golden_tasks.jit) is refused by replay with a message saying to verify again: no alias keeps old paths importable.
+Its pickles are read as opcodes, never loaded, to find what they name. The control, a runtime dir written now
+replaying, is tests/test_replay.py's (doit's and golden_tasks.run's dirs)."""
 import json
 import shutil
 from pathlib import Path
@@ -12,29 +13,28 @@ from golden_tasks.project.toolchain import toolchain
 SAVED = Path(__file__).parent / "data" / "runtime_dir_before_layers"
 
 
-def saved_copy(tmp_path) -> Path:
-    """The saved dir, with this machine's toolchain (written on another: only the modules' paths are under test)."""
+def saved_copy(tmp_path, module: str = None) -> Path:
+    """The saved dir, with this machine's toolchain (written on another: only the modules' paths are under test),
+    its artifact's module renamed to `module` when given."""
     case_dir = tmp_path / "saved_scale"
     shutil.copytree(SAVED, case_dir)
     manifest = json.loads((case_dir / "manifest.json").read_text())
     assert manifest["artifact"]["module"] == "golden_tasks.jit" and manifest["format"] == 2
     manifest["toolchain"] = toolchain()
+    manifest["artifact"]["module"] = module or manifest["artifact"]["module"]
     (case_dir / "manifest.json").write_text(json.dumps(manifest))
     return case_dir
 
 
-def test_a_runtime_dir_from_before_the_move_replays(tmp_path):
+def test_a_runtime_dir_naming_a_module_path_that_is_gone_is_refused(tmp_path):
     result = replay.replay(saved_copy(tmp_path), tmp_path)
-    assert result.passed, result.error
-    assert result.report.max_abs == 0.0 and result.bench["rounds"] == 5
-    assert result.stale == ["cannot check the source for staleness: the case was not defined in a kernel module "
-                            "(golden_tasks.run): it has no source to compare"]
+    assert not result.passed
+    assert "names golden_tasks.jit, which this golden-tasks no longer has" in result.error, result.error
+    assert "verify the case again" in result.error
 
 
-def test_its_data_is_still_checked(tmp_path):
-    """The control: a saved golden edited by hand fails the replay."""
-    case_dir = saved_copy(tmp_path)
-    golden = case_dir / "data" / "golden" / "out.bin"
-    golden.write_bytes(bytes(len(golden.read_bytes())))
-    result = replay.replay(case_dir, tmp_path)
-    assert not result.passed and "data/golden/out.bin: content does not match its recorded digest" in result.error
+def test_a_pickle_naming_a_module_path_that_is_gone_is_refused(tmp_path):
+    """The manifest's own module renamed to the current path: the artifact's pickle still names golden_tasks.specs."""
+    result = replay.replay(saved_copy(tmp_path, "golden_tasks.forms.jit"), tmp_path)
+    assert not result.passed
+    assert "names golden_tasks.specs, which this golden-tasks no longer has" in result.error, result.error

@@ -7,6 +7,9 @@ the saved data is stale against the current source, and refuses an artifact
 built by another toolchain before dispatching anything.
 """
 import dataclasses
+import importlib.util
+import pickletools
+import re
 import tempfile
 from pathlib import Path
 
@@ -26,6 +29,8 @@ from ..project.layout import LayoutError
 from ..project.toolchain import toolchain
 from . import graph
 from .runtime import saved_outputs, saved_plan
+
+_GOLDEN_TASKS_MODULE = re.compile(r"golden_tasks(\.[A-Za-z_]\w*)+")
 
 
 class ReplayError(VerificationFailure):
@@ -79,6 +84,34 @@ def _unchecked(manifest: Manifest, project: Path) -> str | None:
     if not any(folder.is_dir() for folder in kernels):
         return f"{project} has no kernel folder (give the checkout that holds the case's source with --project)"
     return None
+
+
+def _check_modules(path: Path, manifest: Manifest) -> None:
+    """Refuse a dir that names a module path of golden-tasks that no longer exists (modules move with no alias
+    kept): its artifact's module, or one its pickles name (read as opcodes: nothing saved is executed here)."""
+    named = {manifest.artifact["module"]}
+    for rel in sorted(manifest.recorded()):
+        if rel.endswith(".pkl"):
+            named |= _modules_pickled(path / rel)
+    for module in sorted(named):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise ReplayError(f"{path} names {module}, which this golden-tasks no longer has (the dir was written "
+                              "by an earlier version): verify the case again to write a current one"
+                              + (f" (doit verify:{manifest.case})" if manifest.module else ""))
+
+
+def _modules_pickled(file: Path) -> set:
+    """The golden_tasks modules a pickle names (its strings that are such module paths); none for a file that
+    is missing or not a pickle (the file check names it)."""
+    try:
+        return {arg.partition(" ")[0] for _, arg, _ in pickletools.genops(file.read_bytes())  # GLOBAL: "module name"
+                if isinstance(arg, str) and _GOLDEN_TASKS_MODULE.fullmatch(arg.partition(" ")[0])}
+    except (OSError, ValueError):
+        return set()
 
 
 def staleness(path: Path, manifest: Manifest, project: Path) -> list:
@@ -136,6 +169,7 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
         if mismatches:
             raise ReplayError(f"refusing to run the artifact in {path}, built for another toolchain:\n  "
                               + "\n  ".join(mismatches))
+        _check_modules(path, manifest)
         source = Path(project or Path.cwd()).resolve()
         reason = _unchecked(manifest, source)  # reported, never silently skipped
         stale = [f"cannot check the source for staleness: {reason}"] if reason else staleness(path, manifest, source)
