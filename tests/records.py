@@ -2,7 +2,7 @@
 of run records: the JUnit writer and `golden-tasks compare`."""
 import math
 
-STAGES = ("abi", "compile", "inputs", "golden", "dispatch", "validate", "bench")
+from golden_tasks.pipeline.stage_table import STAGES
 
 
 def timing(median: float, rse: float | None, rounds: int = 20) -> dict:
@@ -24,12 +24,12 @@ def row(case: str, status: str = "PASS", kernel=DEFAULT, **fields) -> dict:
     if kernel is DEFAULT:
         kernel = timing(20.0, 0.01) if status == "PASS" else None
     golden = timing(40.0, 0.01)
-    out = {"case": case, "status": status, "stages": {s: "ran" for s in STAGES}, "errors": {}, "reason": None,
+    out = {"case": case, "status": status, "stages": {s.name: "ran" for s in STAGES}, "errors": {}, "reason": None,
            "skipped": None, "max_abs": None, "outputs": [], "warnings": [],
            "kernel_us": kernel and kernel["median"], "golden_us": kernel and golden["median"],
            "speedup": kernel and golden["median"] / kernel["median"], "speedup_err": None,
            "kernel_timing": kernel, "golden_timing": kernel and golden, "rank_us": None, "imbalance": None,
-           "keys": {s: None for s in STAGES}, "seconds": 1.5}
+           "keys": {s.name: None for s in STAGES}, "seconds": 1.5}
     out.update(fields)
     return out
 

@@ -162,19 +162,20 @@ def test_cases_whose_inputs_ignore_the_seed_are_warned_about():
 def test_timings_are_not_reused_across_machines_and_fresh_measures_again(monkeypatch):
     from golden_tasks.model.plan import Plan
     from golden_tasks.pipeline import graph
+    from golden_tasks.pipeline.stage_table import BY_NAME, STAGES
     from golden_tasks.project import toolchain
 
     plan = Plan(case="c", kernel="k", golden="g", policy="p")
-    keyed = {s.name: graph.recipe(s, plan, {}) for s in graph.STAGES}
+    keyed = {s.name: graph.recipe(s, plan, {}) for s in STAGES}
     assert all(("machine" in r) == (name in ("bench", "golden_bench")) for name, r in keyed.items())
     monkeypatch.setattr(toolchain, "machine", lambda: {"host": "elsewhere"})
     monkeypatch.setattr(graph, "machine", toolchain.machine)
-    assert graph.recipe(graph.BY_NAME["bench"], plan, {}) != keyed["bench"]
-    assert graph.recipe(graph.BY_NAME["golden"], plan, {}) == keyed["golden"]
+    assert graph.recipe(BY_NAME["bench"], plan, {}) != keyed["bench"]
+    assert graph.recipe(BY_NAME["golden"], plan, {}) == keyed["golden"]
     fresh = plan.overridden({"fresh": "1"})  # measures again under the same keys: what reads a timing stays cached
-    assert all(fresh.keyed(s.name) == plan.keyed(s.name) for s in graph.STAGES)
-    assert {s.name for s in graph.STAGES if graph.remeasured(s, fresh)} == {"bench", "golden_bench"}
-    assert not any(graph.remeasured(s, plan) for s in graph.STAGES)
+    assert all(graph.keyed(s, fresh) == graph.keyed(s, plan) for s in STAGES)
+    assert {s.name for s in STAGES if graph.remeasured(s, fresh)} == {"bench", "golden_bench"}
+    assert not any(graph.remeasured(s, plan) for s in STAGES)
 
 
 @pytest.mark.gpu

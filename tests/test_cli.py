@@ -9,7 +9,7 @@ import pytest
 from project import Project, stage_results
 
 from golden_tasks.frontends import cli
-from golden_tasks.pipeline import graph
+from golden_tasks.pipeline.stage_table import STAGES
 
 EAGER = "backend=eager"
 
@@ -22,16 +22,18 @@ def project(tmp_path):
     return proj
 
 
+@pytest.mark.e2e
 def test_stats_counts_entries_bytes_and_runs(project):
     project.doit("verify", EAGER)
     out = project.cli("stats").stdout
     assert "compile           3" in out  # hello_world, rms_norm, rms_norm_bf16
     assert "last 2 runs:" in out
-    stages = 3 * len(graph.STAGES)
+    stages = 3 * len(STAGES)
     assert f"3 cases, 0 hits, {stages} misses" in out
     assert f"3 cases, {stages} hits, 0 misses" in out
 
 
+@pytest.mark.e2e
 def test_verify_finds_and_drops_a_corrupt_object(project):
     assert project.cli("verify").returncode == 0
     (entry,) = [e for e in project.entries("inputs") if e["case"] == "rms_norm"]
@@ -48,6 +50,7 @@ def test_verify_finds_and_drops_a_corrupt_object(project):
     assert code == 0 and results["inputs:rms_norm"] == "success"
 
 
+@pytest.mark.e2e
 def test_gc_unused_keeps_exactly_what_the_library_uses(project):
     project.edit("rms_norm", 't["out"].copy_(x / rms', 't["out"].copy_(1.0 * x / rms')
     assert project.doit("verify", EAGER)[0] == 0
@@ -60,6 +63,7 @@ def test_gc_unused_keeps_exactly_what_the_library_uses(project):
     assert project.cli("verify").returncode == 0
 
 
+@pytest.mark.e2e
 def test_gc_by_age_and_by_size(project):
     old = time.time() - 10 * 86400
     for path in (project.cache / "entries" / "bench").glob("*/*.json"):
@@ -74,6 +78,7 @@ def test_gc_by_age_and_by_size(project):
     assert project.entries() == [] and not [p for p in (project.cache / "objects").glob("*/*")]
 
 
+@pytest.mark.e2e
 def test_explain_names_what_changed(project):
     assert "is up to date" in project.cli("explain", "golden:rms_norm", EAGER).stdout
     project.edit("rms_norm", 't["out"].copy_(x / rms', 't["out"].copy_(1.0 * x / rms')
@@ -89,6 +94,7 @@ def test_explain_names_what_changed(project):
     assert "specs changed: x" in project.cli("explain", "inputs:rms_norm", EAGER).stdout
 
 
+@pytest.mark.e2e
 def test_explain_names_a_toolchain_change(project):
     project.env["CXX"] = "a-compiler-that-is-not-there"
     out = project.cli("explain", "abi:hello_world", EAGER).stdout
@@ -122,6 +128,7 @@ def test_replay_takes_project_after_its_directory(tmp_path, monkeypatch):
     assert calls == [(Path("runs/rms_norm"), tmp_path / "checkout")] * 2 + [(Path("runs/rms_norm"), tmp_path)]
 
 
+@pytest.mark.e2e
 def test_doit_info_gives_a_readable_reason(tmp_path):
     """`doit info` names why a task runs (not doit's `<function ...>`), and its explain line names what changed."""
     proj = Project(tmp_path / "project", ("hello_world",))

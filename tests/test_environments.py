@@ -14,8 +14,10 @@ import pytest
 from project import ROOT, Project, base_install, fresh_venv, package_view
 
 from golden_tasks.model.origin import PROJECT_ENV
+from golden_tasks.pipeline import stage_table
 
-STAGES = ("abi", "compile", "inputs", "golden", "dispatch", "validate", "inputs2", "golden2", "bench", "golden_bench")
+pytestmark = pytest.mark.e2e
+STAGES = tuple(s.name for s in stage_table.STAGES)
 # torch is a library wherever it is found; the kernel module, its project's, is user code
 WHOSE = ("import torch, kernels.hello_world; from golden_tasks.model.origin import is_user_module; "
          "print(is_user_module('torch'), is_user_module('numpy'), is_user_module('kernels.hello_world'))")

@@ -6,14 +6,15 @@ import pytest
 from project import Project
 
 from golden_tasks.model.errors import StageFailed
-from golden_tasks.pipeline import cluster, graph
+from golden_tasks.pipeline import cluster
+from golden_tasks.pipeline.execution import produce_here
 from golden_tasks.planning.library import apply_context
 from golden_tasks.project import config, toolchain
 
 
 def test_the_executor_is_local_unless_ray_is_asked_for(monkeypatch, tmp_path):
     monkeypatch.delenv(config.EXECUTOR_ENV, raising=False)
-    assert config.executor() == "local" and cluster.producer(tmp_path) is graph.produce_here
+    assert config.executor() == "local" and cluster.producer(tmp_path) is produce_here
     monkeypatch.setenv(config.EXECUTOR_ENV, "ray")
     assert isinstance(cluster.producer(tmp_path).__self__, cluster.RayCluster)
     assert "ray" not in sys.modules or cluster.cluster(tmp_path.resolve()).address is None  # made, not connected
@@ -55,6 +56,7 @@ def test_the_sources_that_reach_the_nodes_are_the_kernel_folders_by_digest(tmp_p
         cluster.sources(config.Project.at(tmp_path / "elsewhere"))
 
 
+@pytest.mark.e2e
 def test_doit_submits_from_one_process(tmp_path):
     """With executor=ray doit's workers are threads of the one Ray driver: -P process is refused, plainly."""
     proj = Project(tmp_path / "p", modules=("hello_world",))
@@ -63,6 +65,7 @@ def test_doit_submits_from_one_process(tmp_path):
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.e2e
 def test_a_cluster_that_does_not_answer_fails_the_run_at_once_naming_its_address(tmp_path):
     """ray.init waits minutes for an address where nothing listens; the run says so in seconds, and every
     stage after the first fails with the same line without trying again."""
@@ -80,6 +83,7 @@ def test_a_cluster_that_does_not_answer_fails_the_run_at_once_naming_its_address
     assert all(f"cannot reach the Ray cluster at 127.0.0.1:{port}" in e for e in errors.values()), errors
 
 
+@pytest.mark.e2e
 def test_the_json_reporter_of_a_ray_run_that_fails_a_case_is_whole(tmp_path):
     """What a CI job on a cluster reads: doit's JSON on stdout and nothing else, whatever the outcome, the
     failing case beside a passing one (a failure stops nothing), the record, and runs/report.html drawn

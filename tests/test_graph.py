@@ -1,10 +1,12 @@
-"""Keys: what enters them, and resolution through upstream entries."""
+"""Keys: what enters them, and resolution through upstream entries (graph.Lookups); running a stage (execution)."""
 import dataclasses
+import importlib
 import json
 
 from golden_tasks.model.outputs import AbiMeta, Outputs
 from golden_tasks.model.plan import Plan
-from golden_tasks.pipeline import graph
+from golden_tasks.pipeline import execution, graph, stored
+from golden_tasks.pipeline.stage_table import BY_NAME, STAGES
 from golden_tasks.project import toolchain
 from golden_tasks.storage.store import Store
 
@@ -12,41 +14,34 @@ PLAN = Plan(case="c", kernel="k1", golden="g1", bench={"warmup": 1, "rounds": 1}
 
 
 def commit(store, stage, plan, meta):
-    key, _ = graph.resolve(graph.BY_NAME[stage], plan, store)
+    key, _ = graph.Lookups(plan, store).resolve(BY_NAME[stage])
     return store.commit(stage, key, plan.case, {}, meta, {})
-
-
-def test_stages_are_in_topological_order():
-    seen = set()
-    for stage in graph.STAGES:
-        assert set(stage.reads) | set(stage.after) <= seen, stage.name
-        seen.add(stage.name)
 
 
 def test_key_needs_every_upstream_entry(tmp_path):
     store = Store(tmp_path)
-    assert graph.resolve(graph.BY_NAME["abi"], PLAN, store)[0] is not None
-    assert graph.resolve(graph.BY_NAME["inputs"], PLAN, store) == (None, {})
+    assert graph.Lookups(PLAN, store).resolve(BY_NAME["abi"])[0] is not None
+    assert graph.Lookups(PLAN, store).resolve(BY_NAME["inputs"]) == (None, {})
     commit(store, "abi", PLAN, {"table": []})
-    key, upstream = graph.resolve(graph.BY_NAME["inputs"], PLAN, store)
+    key, upstream = graph.Lookups(PLAN, store).resolve(BY_NAME["inputs"])
     assert key and set(upstream) == {"abi"}
 
 
 def test_key_covers_only_the_stage_plan_fields(tmp_path):
     store = Store(tmp_path)
     commit(store, "abi", PLAN, {"table": []})
-    inputs = graph.BY_NAME["inputs"]
-    base = graph.resolve(inputs, PLAN, store)[0]
-    assert graph.resolve(inputs, dataclasses.replace(PLAN, kernel="k2", golden="g2"), store)[0] == base
-    assert graph.resolve(inputs, dataclasses.replace(PLAN, seed=1), store)[0] != base
+    inputs = BY_NAME["inputs"]
+    base = graph.Lookups(PLAN, store).resolve(inputs)[0]
+    assert graph.Lookups(dataclasses.replace(PLAN, kernel="k2", golden="g2"), store).resolve(inputs)[0] == base
+    assert graph.Lookups(dataclasses.replace(PLAN, seed=1), store).resolve(inputs)[0] != base
 
 
 def test_upstream_digest_change_changes_downstream_key(tmp_path):
     a, b = Store(tmp_path / "a"), Store(tmp_path / "b")
     commit(a, "abi", PLAN, {"table": [1]})
     commit(b, "abi", PLAN, {"table": [2]})
-    inputs = graph.BY_NAME["inputs"]
-    assert graph.resolve(inputs, PLAN, a)[0] != graph.resolve(inputs, PLAN, b)[0]
+    inputs = BY_NAME["inputs"]
+    assert graph.Lookups(PLAN, a).resolve(inputs)[0] != graph.Lookups(PLAN, b).resolve(inputs)[0]
 
 
 def test_pipeline_version_is_stable():
@@ -57,14 +52,14 @@ def key_of(stage, plan, store):
     """The stage's key, its upstream committed first with the same (empty) outputs whatever the plan:
     only the plan's own contribution to the key can differ."""
     for name in stage.reads:
-        upstream = graph.BY_NAME[name]
+        upstream = BY_NAME[name]
         store.commit(name, key_of(upstream, plan, store), plan.case, {}, {}, {})
-    return graph.resolve(stage, plan, store)[0]
+    return graph.Lookups(plan, store).resolve(stage)[0]
 
 
 def keys_differ(stage_name, edit, tmp_path):
     """Whether editing the plan (fields replaced) changes the stage's key."""
-    store, stage = Store(tmp_path), graph.BY_NAME[stage_name]
+    store, stage = Store(tmp_path), BY_NAME[stage_name]
     return key_of(stage, PLAN, store) != key_of(stage, dataclasses.replace(PLAN, **edit), store)
 
 
@@ -89,32 +84,32 @@ def test_declared_reads_enter_every_stage_that_runs_user_code(tmp_path):
 
 
 def test_a_nonce_changes_every_key(tmp_path):
-    for stage in graph.STAGES:
+    for stage in STAGES:
         assert keys_differ(stage.name, {"nonce": "n1"}, tmp_path), stage.name
 
 
 def test_a_stage_sees_only_the_plan_fields_its_key_covers(tmp_path, monkeypatch):
     seen = {}
 
-    def spy(case, plan, workdir, **upstream):
+    def spy(case, plan, workdir, upstream):
         for field in dataclasses.fields(Plan):
             try:
                 seen[field.name] = getattr(plan, field.name)
             except AttributeError as exc:
                 assert str(exc) == f"the abi stage read plan field {field.name!r}, which is not in its key"
         return Outputs(meta=AbiMeta())
-    monkeypatch.setattr(graph.importlib.import_module("golden_tasks.stages.abi"), "run", spy)
-    graph.execute(graph.BY_NAME["abi"], dataclasses.replace(PLAN, timeout=1.0), Store(tmp_path))
+    monkeypatch.setattr(importlib.import_module(BY_NAME["abi"].module), "run", spy)
+    execution.execute(BY_NAME["abi"], dataclasses.replace(PLAN, timeout=1.0), Store(tmp_path))
     assert set(seen) == {"case", "module", "profile", "timeout", "params", "signature", "ranks", "nonce"}
     assert seen["timeout"] == 1.0
 
 
 def test_a_waiting_computation_finds_the_entry_made_while_it_waited(tmp_path):
     store = Store(tmp_path)
-    key, _ = graph.resolve(graph.BY_NAME["abi"], PLAN, store)
+    key, _ = graph.Lookups(PLAN, store).resolve(BY_NAME["abi"])
     with store.computing("abi", key):
         store.commit("abi", key, "c", {}, {"table": ["made by the lock holder"]}, {})
-    entry, ran = graph.execute(graph.BY_NAME["abi"], PLAN, store)
+    entry, ran = execution.execute(BY_NAME["abi"], PLAN, store)
     assert not ran and entry.meta == {"table": ["made by the lock holder"]}
 
 
@@ -134,9 +129,10 @@ def test_round_times_live_in_a_samples_object_beside_the_summary(tmp_path):
     store = Store(tmp_path)
     timing = summary([10.0, 11.0, 10.5, 40.0, 10.2], "rounds", 1)
     ranked = {**timing, "ranks": [summary([1.0, 2.0], "rounds", 1), summary([3.0, 4.0], "rounds", 1)]}
-    objects, _, stats = graph._stored(store, Outputs(stats=Stats(kernel_us=ranked, golden_us=timing)), 0.5)
+    made = stored.store_outputs(store, Outputs(stats=Stats(kernel_us=ranked, golden_us=timing)), 0.5)
+    objects, stats = made.objects, made.stats
     assert "times" not in json.dumps(stats) and stats["kernel_us"]["outliers"] == 1
     assert stats["kernel_us"]["ranks"][1]["median"] == 3.5 and SAMPLES_FILE in objects
     entry = store.commit("bench", "k", "c", objects, {}, stats)
-    joined = graph.load_timings(store, entry)
+    joined = stored.load_timings(store, entry)
     assert joined.kernel_us == ranked and joined.golden_us == timing and joined.seconds == 0.5

@@ -10,6 +10,7 @@ from golden_tasks.model import plan
 from golden_tasks.model.outputs import Meta, Stats, ValidateMeta
 from golden_tasks.model.plan import FailedPlan, Plan
 from golden_tasks.pipeline import graph
+from golden_tasks.pipeline.stage_table import BY_NAME, STAGES
 from golden_tasks.planning.library import run_variables
 
 
@@ -19,14 +20,14 @@ def test_every_field_list_derives_from_the_declarations():
     assert plan.EVERY_STAGE == ("case", "module", "profile", "timeout")
     assert set(plan.REPLAY_MEANING) == set(plan.SOURCE_FIELDS)
     assert plan.VARIABLES == ("timeout", "backend", "options", "warmup", "rounds", "rse", "budget", "flush", "fresh")
-    assert graph.BY_NAME["abi"].plan_fields == ("params", "signature", "ranks", "nonce")
-    assert graph.BY_NAME["dispatch"].plan_fields == ("ranks", "resources", "external", "nonce")
-    for stage in graph.STAGES:
+    assert BY_NAME["abi"].plan_fields == ("params", "signature", "ranks", "nonce")
+    assert BY_NAME["dispatch"].plan_fields == ("ranks", "resources", "external", "nonce")
+    for stage in STAGES:
         assert "nonce" in stage.plan_fields and ("external" in stage.plan_fields) == (stage.name != "abi")
 
 
 def test_a_stage_reads_only_its_key_and_the_context():
-    view = Plan(case="c", seed=7, timeout=3.0).view("inputs")
+    view = graph.view(BY_NAME["inputs"], Plan(case="c", seed=7, timeout=3.0))
     assert (view.seed, view.case, view.timeout) == (7, "c", 3.0)
     with pytest.raises(AttributeError, match="^the inputs stage read plan field 'kernel', which is not in its key$"):
         _ = view.kernel
@@ -103,7 +104,7 @@ def test_the_world_size_is_the_kernels_unless_a_case_or_ranks_says_otherwise(mon
     assert plan_of(Case("c", specs=specs, kernel=k).resolved())[0].ranks == 2
     made = plan_of(Case("c", specs=specs, kernel=k, ranks=4).resolved())[0]
     assert made.ranks == 4 and made.signature[0]["shape"] == [4, 2]
-    assert "ranks" in graph.BY_NAME["abi"].plan_fields and "ranks" in graph.BY_NAME["dispatch"].plan_fields
+    assert "ranks" in BY_NAME["abi"].plan_fields and "ranks" in BY_NAME["dispatch"].plan_fields
     apply_context({"ranks": "3"}.get)  # ranks=N: every multi-rank case, specs included; one-rank kernels stay
     assert config.ranks() == 3 and config.planning_context() == "default.ranks3"
     made = plan_of(Case("c", specs=specs, kernel=k, ranks=4).resolved())[0]

@@ -13,7 +13,7 @@ from project import Project, recipe
 
 from golden_tasks.frontends import cli
 from golden_tasks.model.records import MANIFEST_FORMAT, Manifest
-from golden_tasks.pipeline import replay, runtime
+from golden_tasks.pipeline import graph, replay, runtime
 from golden_tasks.planning import discover
 from golden_tasks.project import config
 from golden_tasks.project.toolchain import toolchain
@@ -88,7 +88,7 @@ def test_an_unknown_profile_is_a_plan_error_of_the_module_that_rejects_it(root):
 def test_profile_enters_no_stage_key_directly(root, monkeypatch):
     store = Store(root / "cache")
     q = plans(root)["q"]
-    assert runtime.current_keys(plans(root, ["profile=flash"])["q"], store) == runtime.current_keys(q, store)
+    assert graph.Lookups(plans(root, ["profile=flash"])["q"], store).keys() == graph.Lookups(q, store).keys()
 
 
 def test_runtime_dir_is_current_only_under_its_profile(root, tmp_path):
@@ -96,12 +96,12 @@ def test_runtime_dir_is_current_only_under_its_profile(root, tmp_path):
     plan = plans(root)["q"]
     case_dir = tmp_path / "runs" / "q"
     case_dir.mkdir(parents=True)
-    manifest = {"format": MANIFEST_FORMAT, "case": "q", "keys": runtime.current_keys(plan, store),
+    manifest = {"format": MANIFEST_FORMAT, "case": "q", "keys": graph.Lookups(plan, store).keys(),
                 "profile": "default", "fingerprints": {}, "toolchain": {}, "pipeline": "p", "table": [], "bench": {},
                 "tensors": {}, "artifact": {"files": {}}, "files": {}, "mtimes": {}}
     (case_dir / runtime.MANIFEST).write_text(json.dumps(manifest))
-    assert runtime.is_current(plan, store, case_dir)
-    assert not runtime.is_current(dataclasses.replace(plan, profile="flash"), store, case_dir)
+    assert runtime.is_current(graph.Lookups(plan, store), case_dir)
+    assert not runtime.is_current(graph.Lookups(dataclasses.replace(plan, profile="flash"), store), case_dir)
 
 
 def test_replay_checks_staleness_under_the_recorded_profile(root, monkeypatch):
@@ -115,6 +115,7 @@ def test_replay_checks_staleness_under_the_recorded_profile(root, monkeypatch):
     assert any(s.startswith("signature changed") for s in stale), stale
 
 
+@pytest.mark.e2e
 def test_the_doit_variable_reaches_planning_and_stages(tmp_path):
     proj = Project(tmp_path / "project", modules=())
     write_kernels(proj.path / "kernels")
@@ -133,6 +134,7 @@ def test_reading_the_profile_imports_no_torch():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
+@pytest.mark.e2e
 def test_an_unknown_profile_is_named_with_the_known_ones_not_answered_with_no_task(tmp_path):
     proj = Project(tmp_path / "p", ())
     (proj.path / "kernels" / "sized.py").write_text(textwrap.dedent(PROFILED).replace(

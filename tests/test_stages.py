@@ -7,7 +7,7 @@ import torch
 from golden_tasks import Case, In, InOut, Out, Scalar, ScalarSpec, TensorSpec, jit
 from golden_tasks.model.compare import Allclose, Policy
 from golden_tasks.model.errors import StageFailed
-from golden_tasks.model.outputs import CompileMeta, InputsMeta, Worst
+from golden_tasks.model.outputs import CompileMeta, InputsMeta, Upstream, Worst
 from golden_tasks.model.plan import Plan
 from golden_tasks.model.specs import signature_of, stamp_all
 from golden_tasks.stages import BenchSettings, Outputs, abi, dispatch, golden, golden_bench, inputs, measure, validate
@@ -34,8 +34,8 @@ PLAN = Plan(case="acc", seed=3, params=acc.params(), bench={"warmup": 1, "rounds
 
 @pytest.fixture
 def upstream(tmp_path):
-    checked = abi.run(None, PLAN, tmp_path)
-    made = inputs.run(CASE, PLAN, tmp_path, checked)
+    checked = abi.run(None, PLAN, tmp_path, Upstream())
+    made = inputs.run(CASE, PLAN, tmp_path, Upstream(abi=checked))
     return checked, made
 
 
@@ -47,7 +47,7 @@ def test_abi_stamps_directions_and_needs_no_case(upstream):
 def test_abi_collects_every_mismatch_into_one_message(tmp_path):
     plan = dataclasses.replace(PLAN, signature=[PLAN.signature[1], PLAN.signature[0]])
     with pytest.raises(StageFailed) as failure:
-        abi.run(None, plan, tmp_path)
+        abi.run(None, plan, tmp_path, Upstream())
     assert str(failure.value).splitlines() == ["ABI mismatch for acc:",
                                                "  kernel parameters with no spec: scale, out"]
 
@@ -57,22 +57,22 @@ def test_inputs_are_seeded_per_spec_and_hold_each_buffer_with_initial_content(up
     # the Out's init_value is its initial content (NaN marking what it need not define): not an input's NaN
     assert set(made.tensors) == {"x", "total", "out"} and made.tensors["out"].isnan().all()
     assert made.meta == InputsMeta(scalars={"scale": 2.0}, nonfinite={})
-    again = inputs.run(CASE, PLAN, tmp_path, checked)
+    again = inputs.run(CASE, PLAN, tmp_path, Upstream(abi=checked))
     assert torch.equal(again.tensors["x"], made.tensors["x"])
-    reseeded = inputs.run(CASE, dataclasses.replace(PLAN, seed=4), tmp_path, checked)
+    reseeded = inputs.run(CASE, dataclasses.replace(PLAN, seed=4), tmp_path, Upstream(abi=checked))
     assert not torch.equal(reseeded.tensors["x"], made.tensors["x"])
     assert torch.equal(made.tensors["total"], torch.ones(3, 4))
 
 
 def test_golden_gets_its_own_out_init_and_is_timed_apart(upstream, tmp_path):
     checked, made = upstream
-    result = golden.run(CASE, PLAN, tmp_path, checked, made)
+    result = golden.run(CASE, PLAN, tmp_path, Upstream(abi=checked, inputs=made))
     assert set(result.tensors) == {"total", "out"} and result.stats.golden_us is None
     torch.testing.assert_close(result.tensors["total"], made.tensors["x"] + 1)
     assert torch.equal(made.tensors["total"], torch.ones(3, 4))  # inputs untouched
     seen = []  # the InOut buffer each call finds: restored to the input before every call
     case = dataclasses.replace(CASE, golden=lambda t: seen.append(t["total"].clone()) or golden_acc(t))
-    timing = golden_bench.run(case, PLAN, tmp_path, checked, made).stats.golden_us
+    timing = golden_bench.run(case, PLAN, tmp_path, Upstream(abi=checked, inputs=made)).stats.golden_us
     assert timing["rounds"] == 2 and timing["warmup"] == 1 and len(seen) == 3
     assert all(torch.equal(t, torch.ones(3, 4)) for t in seen)
 
@@ -86,7 +86,7 @@ def compiled(tmp_path, checked):
 
 def test_dispatch_runs_on_copies(upstream, tmp_path):
     checked, made = upstream
-    result = dispatch.run(None, PLAN, tmp_path, checked, compiled(tmp_path, checked), made)
+    result = dispatch.run(None, PLAN, tmp_path, Upstream(abi=checked, compile=compiled(tmp_path, checked), inputs=made))
     assert set(result.tensors) == {"total", "out"}
     torch.testing.assert_close(result.tensors["out"], made.tensors["x"] * 2)
     assert torch.equal(made.tensors["total"], torch.ones(3, 4))
@@ -103,24 +103,24 @@ def test_an_out_without_init_value_starts_as_the_canary_and_what_is_left_is_name
     specs = [TensorSpec("x", (4, 3), torch.float32, torch.randn), TensorSpec("out", (4, 3), torch.float32)]
     case = Case("half", specs=specs, kernel=half, golden=lambda t: t["out"][:2].copy_(t["x"][:2])).resolved()
     plan = dataclasses.replace(PLAN, case="half", params=half.params(), signature=[signature_of(s) for s in specs])
-    checked = abi.run(None, plan, tmp_path)
-    made = inputs.run(case, plan, tmp_path, checked)
+    checked = abi.run(None, plan, tmp_path, Upstream())
+    made = inputs.run(case, plan, tmp_path, Upstream(abi=checked))
     assert set(made.tensors) == {"x"}  # the Out has no initial content
     artifact = half.compile(stamp_all(specs, checked.meta.table), {"backend": "eager"}, tmp_path)
     built = Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module="golden_tasks.forms.jit",
                                                            table=artifact.table))
-    result = dispatch.run(None, plan, tmp_path, checked, built, made)
+    result = dispatch.run(None, plan, tmp_path, Upstream(abi=checked, compile=built, inputs=made))
     assert unwritten(result.tensors["out"][2:]).all() and not unwritten(result.tensors["out"][:2]).any()
     # the golden's copy starts at zeros: rows 2-3 are zeros there, and the kernel never wrote them
-    expected = golden.run(case, plan, tmp_path, checked, made)
+    expected = golden.run(case, plan, tmp_path, Upstream(abi=checked, inputs=made))
     with pytest.raises(StageFailed) as failed:
-        validate.run(case, plan, tmp_path, result, expected, made)
+        validate.run(case, plan, tmp_path, Upstream(dispatch=result, golden=expected, inputs=made))
     assert "output 'out': 6 of 12 elements not written (first at (2, 0))" in str(failed.value)
     assert "init_value=torch.zeros" in str(failed.value)
     # the summary's max err says so: the canary of an unwritten float is a NaN, not counted as one
     assert failed.value.worst == Worst(max_abs=0.0, unwritten=6)
     result.tensors["out"][2:] = 0  # the honest kernel writes every element
-    assert validate.run(case, plan, tmp_path, result, expected, made).meta.max_abs == 0.0
+    assert validate.run(case, plan, tmp_path, Upstream(dispatch=result, golden=expected, inputs=made)).meta.max_abs == 0.0
 
 
 @pytest.mark.parametrize("wrong,worst,shown", [
@@ -155,23 +155,23 @@ def test_dispatch_refuses_an_artifact_whose_table_differs(upstream, tmp_path):
     artifact = compiled(tmp_path, checked)
     artifact.meta.table[0] = {**artifact.meta.table[0], "shape": [3, 5]}
     with pytest.raises(StageFailed, match="artifact parameter table differs from the ABI-checked one"):
-        dispatch.run(None, PLAN, tmp_path, checked, artifact, made)
+        dispatch.run(None, PLAN, tmp_path, Upstream(abi=checked, compile=artifact, inputs=made))
 
 
 def test_validate_passes_fails_and_rejects_unknown_outputs(upstream, tmp_path):
     checked, made = upstream
-    expected = golden.run(CASE, PLAN, tmp_path, checked, made)
-    actual = dispatch.run(None, PLAN, tmp_path, checked, compiled(tmp_path, checked), made)
-    report = validate.run(CASE, PLAN, tmp_path, actual, expected, made)
+    expected = golden.run(CASE, PLAN, tmp_path, Upstream(abi=checked, inputs=made))
+    actual = dispatch.run(None, PLAN, tmp_path, Upstream(abi=checked, compile=compiled(tmp_path, checked), inputs=made))
+    report = validate.run(CASE, PLAN, tmp_path, Upstream(dispatch=actual, golden=expected, inputs=made))
     assert report.meta.skipped is None and [o["name"] for o in report.meta.outputs] == ["total", "out"]
     actual.tensors["out"][1, 2] += 1
     with pytest.raises(StageFailed, match=r"output 'out': 1/12 elements mismatched"):
-        validate.run(CASE, PLAN, tmp_path, actual, expected, made)
+        validate.run(CASE, PLAN, tmp_path, Upstream(dispatch=actual, golden=expected, inputs=made))
     loose = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc, compare={"out": Allclose(atol=2)}).resolved()
-    assert validate.run(loose, PLAN, tmp_path, actual, expected, made).meta.max_abs == 1.0
+    assert validate.run(loose, PLAN, tmp_path, Upstream(dispatch=actual, golden=expected, inputs=made)).meta.max_abs == 1.0
     typo = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc, compare={"outt": Allclose()}).resolved()
     with pytest.raises(StageFailed, match="compare names outt, which are not outputs"):
-        validate.run(typo, PLAN, tmp_path, actual, expected, made)
+        validate.run(typo, PLAN, tmp_path, Upstream(dispatch=actual, golden=expected, inputs=made))
 
 
 def test_bench_measures_rounds():

@@ -19,7 +19,7 @@ import pytest
 from project import Project
 
 from golden_tasks.model.plan import VARIABLES
-from golden_tasks.pipeline import graph
+from golden_tasks.pipeline.stage_table import STAGES
 from golden_tasks.planning.library import CONTEXT
 
 OWN_WARNING = "a kernel's own warning, which must show"
@@ -89,11 +89,12 @@ def project(tmp_path_factory):
     return proj
 
 
+@pytest.mark.e2e
 def test_a_terminal_shows_live_progress_then_the_summary(project):
     code, out = project.cold
     assert code == 0, out
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out)  # the view, without its escape codes
-    tasks = 2 * (1 + len(graph.STAGES) + 1)  # each case's plan, stages and runtime dir
+    tasks = 2 * (1 + len(STAGES) + 1)  # each case's plan, stages and runtime dir
     assert "\x1b[" in out and re.search(rf"\d+/{tasks} tasks", plain) and "running: compile:hello_world" in plain
     assert re.search(r"hello_world +PASS +ran", out) and re.search(r"warns +PASS +ran", out)
     assert "runs/report.json" in out
@@ -104,6 +105,7 @@ def test_a_terminal_shows_live_progress_then_the_summary(project):
     assert OWN_WARNING in out
 
 
+@pytest.mark.e2e
 def test_a_no_op_run_prints_the_summary_only(project):
     proc = project.console("verify", *FAST)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -122,6 +124,7 @@ def broken(project):
     project.restore("hello_world")
 
 
+@pytest.mark.e2e
 def test_a_failing_case_gets_one_reason_line_and_a_log(broken):
     proc = broken.console("-n", "2", "verify", "backend=eager", *FAST)
     assert proc.returncode == 1  # a case failed: doit's status 1, with --no-continue and -n as without
@@ -142,6 +145,7 @@ def test_a_failing_case_gets_one_reason_line_and_a_log(broken):
     assert full.returncode == 1
 
 
+@pytest.mark.e2e
 def test_a_failing_case_never_keeps_the_others_from_their_verdicts(broken):
     """One run, one worker: hello_world fails first, and warns (edited, so that it has stages to run) is still
     verified after it; `--no-continue` stops at the failure and names the cases it left."""
@@ -159,6 +163,7 @@ def test_a_failing_case_never_keeps_the_others_from_their_verdicts(broken):
         (broken.path / "kernels" / "warns.py").write_text(WARNS)
 
 
+@pytest.mark.e2e
 def test_the_json_reporter_run_writes_the_record_and_a_fresh_page(broken):
     """What a CI job runs: valid JSON on stdout, the record, and runs/report.html drawn again by this run
     (it is drawn as the doit parent exits), with no traceback."""
@@ -189,6 +194,7 @@ def test_the_json_reporter_run_writes_the_record_and_a_fresh_page(broken):
     assert not (broken.path / "runs" / "report.html").exists()  # not drawn, and not left from the run before
 
 
+@pytest.mark.e2e
 def test_ctrl_c_is_one_line_and_keeps_the_last_complete_report(project):
     saved = (project.path / "runs" / "report.json").read_bytes()
     code, out = on_terminal(project, "-n", "2", "verify", "warmup=1", "rounds=4", interrupt_on="running: ")
@@ -197,6 +203,7 @@ def test_ctrl_c_is_one_line_and_keeps_the_last_complete_report(project):
     assert (project.path / "runs" / "report.json").read_bytes() == saved
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("moment", ["verify ", "running: compile:hello_world", "running: bench:hello_world"])
 def test_ctrl_c_at_any_moment_is_one_line_and_leaves_no_temp_dir_or_process(tmp_path, moment):
     proj = Project(tmp_path / "p", ("hello_world",))
@@ -209,6 +216,7 @@ def test_ctrl_c_at_any_moment_is_one_line_and_leaves_no_temp_dir_or_process(tmp_
     assert left == "", left
 
 
+@pytest.mark.e2e
 def test_mistyped_names_bad_variables_and_help(project):
     typo = project.console("verify:helo_world")
     assert typo.returncode == 3
@@ -279,6 +287,7 @@ CASES = [Case("bad_init", specs=specs(no_such_size), kernel=copy, golden=golden_
 '''
 
 
+@pytest.mark.e2e
 def test_user_code_that_raises_is_named_with_its_message_and_line(tmp_path):
     proj = Project(tmp_path / "p", ())
     (proj.path / "kernels" / "raising.py").write_text(RAISING)

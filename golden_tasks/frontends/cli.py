@@ -23,6 +23,7 @@ from pathlib import Path
 from ..model.hashing import digest_file
 from ..pipeline import graph
 from ..pipeline.cluster import start_node
+from ..pipeline.stage_table import BY_NAME, STAGES
 from ..planning.library import planned_library, run_variables, unknown_variables
 from ..project import config
 from ..project.fingerprint_parts import changed_parts
@@ -78,7 +79,7 @@ def cmd_stats(store: Store, args) -> int:
         objects.update({r["digest"]: r["nbytes"] for r in entry.objects.values()})
     print(f"cache: {store.root}")
     print(f"{'stage':10} {'entries':>8} {'bytes':>12}")
-    for stage in [s.name for s in graph.STAGES] + sorted(set(per_stage) - set(graph.BY_NAME)):
+    for stage in [s.name for s in STAGES] + sorted(set(per_stage) - set(BY_NAME)):
         count, objects = per_stage.get(stage, (0, {}))
         print(f"{stage:10} {count:8d} {_human(sum(objects.values())):>12}")
     on_disk = sum(p.stat().st_size for p in store.object_files())
@@ -130,8 +131,9 @@ def _current_keys(project: Path, store: Store, variables) -> set:
     for plan in _plans(project, store, variables).values():
         if plan.error:
             continue
-        for stage in graph.STAGES:
-            key, _ = graph.resolve(stage, plan, store)
+        lookups = graph.Lookups(plan, store)
+        for stage in STAGES:
+            key, _ = lookups.resolve(stage)
             if key:
                 keep.add((stage.name, key))
     return keep
@@ -210,21 +212,21 @@ def _specs_by_name(recipe: dict) -> dict:
 
 def explain(project: Path, store: Store, target: str, variables=()) -> str:
     stage_name, _, case = target.partition(":")
-    if stage_name not in graph.BY_NAME or not case:
-        raise SystemExit(f"expected STAGE:CASE with STAGE one of {', '.join(graph.BY_NAME)}, got {target!r}")
+    if stage_name not in BY_NAME or not case:
+        raise SystemExit(f"expected STAGE:CASE with STAGE one of {', '.join(BY_NAME)}, got {target!r}")
     plans = _plans(project, store, variables)
     if case not in plans:
         raise SystemExit(config.Project.at(project).layout.no_case(case))
-    plan, stage = plans[case], graph.BY_NAME[stage_name]
+    plan, stage = plans[case], BY_NAME[stage_name]
     if plan.error:
         return f"{target}: the case cannot be planned: {plan.error}"
-    found = {}
-    missed = graph.not_cached(stage, plan, store, found)
+    lookups = graph.Lookups(plan, store)
+    missed = lookups.not_cached(stage)
     if missed is None:
-        return f"{target} is up to date (key {found[stage_name].key[:16]})"
+        return f"{target} is up to date (key {lookups.cached(stage).key[:16]})"
     if missed.kind is not graph.Missing.NO_ENTRY:
         return f"{target} is not up to date: {missed}"
-    _, upstream = graph.resolve(stage, plan, store, found)
+    _, upstream = lookups.resolve(stage)
     current = graph.recipe(stage, plan, upstream)
     current["parts"] = graph.parts_detail(stage, plan)
     previous = [(e, recipe) for _, e in sorted(store.entries(), key=lambda pe: pe[0].stat().st_mtime)

@@ -13,6 +13,7 @@ from ..model.plan import VARIABLES
 from ..model.records import MANIFEST
 from ..model.verdicts import StageState
 from ..pipeline import graph, runtime
+from ..pipeline.stage_table import BY_NAME
 from ..planning.library import CONTEXT
 from .doit_session import PLAN, VERIFY, Session
 
@@ -77,10 +78,9 @@ class StageCached(UpToDate):
 
     def stale(self) -> str | None:
         lib, hits = self.session.library, self.session.hits.setdefault(self.case, {})
-        stage, plan = graph.BY_NAME[self.stage], lib.plans[self.case]
-        found = dict(hits)
-        missed = graph.not_cached(stage, plan, lib.store, found)
-        hits.update({name: entry for name, entry in found.items() if entry is not None})
+        lookups = graph.Lookups(lib.plans[self.case], lib.store, hits)
+        missed = lookups.not_cached(BY_NAME[self.stage])
+        hits.update(lookups.hits())
         self.session.tally.add(self.stage, self.case, missed is None)
         if missed is None:
             self.session.journal(self.task, StageState.CACHED)
@@ -109,7 +109,7 @@ class RuntimeCurrent(UpToDate):
         plan, case_dir = lib.plans[self.case], self.session.project.runs / self.case
         if plan.fresh:
             return f"fresh=1: {case_dir} is written again with the new timings"
-        if runtime.is_current(plan, lib.store, case_dir, dict(self.session.hits.get(self.case, {}))):
+        if runtime.is_current(graph.Lookups(plan, lib.store, self.session.hits.get(self.case)), case_dir):
             return None
         if not (case_dir / MANIFEST).exists():
             return f"{case_dir} holds no run yet"

@@ -6,6 +6,7 @@ from doit.reporter import ConsoleReporter
 from ..model.records import RunRecord
 from ..model.verdicts import StageState, Verdict
 from ..pipeline import cluster
+from ..pipeline.stage_table import StageName
 from ..project import config, sandbox
 from ..reports import report
 from . import doit_session
@@ -150,7 +151,7 @@ class SummaryReporter(ConsoleReporter):
             self.write(f"ray: {ray.submitted} task{'s' * (ray.submitted != 1)} submitted to {ray.address}\n"
                        if ray.address else f"ray: not connected: {ray.unreachable}\n" if ray.unreachable
                        else "ray: nothing to run, so no connection to a cluster\n")
-        if any(r.stages.get("compile") == StageState.RAN for r in rows) and config.sandbox() == "auto" \
+        if any(r.stages.get(StageName.COMPILE) == StageState.RAN for r in rows) and config.sandbox() == "auto" \
                 and (reason := sandbox.support()):
             self.write(f"note: kernels ran unconfined: {reason} (docs/threat-model.md)\n")
         if unjudged and not self.failures:

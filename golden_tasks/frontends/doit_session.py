@@ -181,7 +181,7 @@ class Session:
                 worst[case] = Worst(**line["worst"])
         runs = lib.project.runs
         rows = [summary.case_row(lib.plans[c], states.get(c, {}), errors.get(c, {}), lib.store,
-                                dict(self.hits.get(c, {})), worst.get(c)) for c in cases]
+                                self.hits.get(c), worst.get(c)) for c in cases]
         lib.store.record_use({(stage, key) for row in rows for stage, key in row.keys.items() if key})
         for row in rows:
             row.log = str(report.log_path(runs, row.case)) if row.status == Verdict.FAIL else None

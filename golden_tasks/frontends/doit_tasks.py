@@ -6,7 +6,7 @@ Runs in the doit parent, which must stay light: it reads plans and entry manifes
 kernel modules. The parts: the session of this doit process (doit_session: the command line, the library,
 the run's journal and record), the up-to-date checks (doit_checks: cache lookups of each task's current
 key), the console reporter (doit_reporter), and here the tasks and their actions, which run the stage
-through graph.execute (in doit's worker processes with -n N) and journal their outcome.
+through execution.execute (in doit's worker processes with -n N) and journal their outcome.
 
 Every run that verifies cases writes its record (report.write_files: runs/report.json and
 runs/<case>.log, the full messages of each failing case) whatever reporter doit uses; an interrupted
@@ -51,7 +51,9 @@ from doit.exceptions import TaskFailed
 from ..model.errors import StalePlan, VerificationFailure
 from ..model.plan import VARIABLES
 from ..model.verdicts import StageState
-from ..pipeline import cluster, graph, runtime
+from ..pipeline import cluster, runtime
+from ..pipeline.execution import execute, produce_here
+from ..pipeline.stage_table import BY_NAME, STAGES
 from ..pipeline.summary import first_line
 from ..planning.discover import forget
 from ..planning.library import CONTEXT, unknown_variables
@@ -95,8 +97,8 @@ def _run_stage(stage: str, case: str):
     plan, store, task = session.library.plans[case], session.library.store, f"{stage}:{case}"
     try:
         producer = cluster.producer(session.root)
-        _ready_to_run(graph.BY_NAME[stage].torch and producer is graph.produce_here)  # a Ray driver needs no torch
-        graph.execute(graph.BY_NAME[stage], plan, store, producer=producer)
+        _ready_to_run(BY_NAME[stage].torch and producer is produce_here)  # a Ray driver needs no torch
+        execute(BY_NAME[stage], plan, store, producer=producer)
     except StalePlan as exc:
         forget(session.root, store, plan.module)
         return _outcome(task, str(exc))
@@ -231,7 +233,7 @@ def tasks_for(root: Path, variables=()) -> dict:
             yield {"name": case, "actions": [(_materialize, [case])],
                    "uptodate": checked(RuntimeCurrent(session, case)),
                    # every stage: the dir holds each one's entry (golden_bench may finish after bench)
-                   "task_dep": [f"{s.name}:{case}" for s in graph.STAGES], "doc": f"runtime dir of {case}",
+                   "task_dep": [f"{s.name}:{case}" for s in STAGES], "doc": f"runtime dir of {case}",
                    **uncaptured}
 
     def task_replay():
@@ -244,21 +246,21 @@ def tasks_for(root: Path, variables=()) -> dict:
         """verify every case; `verify:<case>` for one (`doit help verify`: the variables)"""
         lib = session.library
         if line.command in ("run", "info"):
-            _check_names(line, {PLAN, VERIFY, "runtime", "replay", *graph.BY_NAME}
-                         | {f"{task}:{case}" for task in (PLAN, VERIFY, "replay", *graph.BY_NAME) for case in lib.plans}
+            _check_names(line, {PLAN, VERIFY, "runtime", "replay", *BY_NAME}
+                         | {f"{task}:{case}" for task in (PLAN, VERIFY, "replay", *BY_NAME) for case in lib.plans}
                          | {f"runtime:{p.case}" for p in lib.ok()}, lib.unplanned())
         for plan in lib.plans.values():
             case = plan.case
             if plan.error:  # always run: its plan task fails, and says why
                 yield {"name": case, "actions": None, "task_dep": [f"{PLAN}:{case}"], "doc": f"verify {case}"}
                 continue
-            deps = [f"{PLAN}:{case}", *(f"{s.name}:{case}" for s in graph.STAGES), f"runtime:{case}"]
+            deps = [f"{PLAN}:{case}", *(f"{s.name}:{case}" for s in STAGES), f"runtime:{case}"]
             yield {"name": case, "actions": None, "task_dep": deps[1:], "uptodate": [CaseVerified(case, deps, checks)],
                    "doc": f"verify {case}"}
 
     tasks = {"task_plan": task_plan, "task_verify": task_verify, "task_runtime": task_runtime,
              "task_replay": task_replay}
-    tasks.update({f"task_{s.name}": stage_creator(s) for s in graph.STAGES})
+    tasks.update({f"task_{s.name}": stage_creator(s) for s in STAGES})
     return tasks
 
 

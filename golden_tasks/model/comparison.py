@@ -211,7 +211,7 @@ class _Flat:
     def nonfinite(self) -> list:
         """Hard-failure lines for NaN/Inf among the considered points, one per side that has any."""
         lines = []
-        for side, t in (("actual", self.a), ("golden", self.e)):
+        for side, t in (("actual", self.a), ("golden", self.e)):  # not a stage: the expected side
             where = (self.considered & ~torch.isfinite(t)).nonzero().reshape(-1)
             if where.numel():
                 first = ", ".join(str(_coords(int(i), self.shape)) for i in where[:FIRST_MISMATCHES])

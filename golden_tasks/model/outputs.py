@@ -155,3 +155,17 @@ class Outputs:
     @property
     def skipped(self) -> str:
         return self.meta.skipped
+
+
+@dataclasses.dataclass(frozen=True)
+class Upstream:
+    """A stage's one argument besides the case, its plan and its work directory: the Outputs of each stage it
+    reads (pipeline.stage_table: Stage.reads), None for those it does not."""
+    abi: Outputs = None
+    compile: Outputs = None
+    inputs: Outputs = None
+    golden: Outputs = None
+    dispatch: Outputs = None
+    validate: Outputs = None
+    inputs2: Outputs = None
+    golden2: Outputs = None

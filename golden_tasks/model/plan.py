@@ -7,7 +7,9 @@ imports kernel modules. Every field declares, in its metadata:
 - `source`: "case" (computed from the case's source: a change means the plan is
   stale, see case.live_case), "run" (set for one run: a doit variable, the nonce)
   or "context" (names and settings that no key needs);
-- `keys`: the stages whose key it enters, or EVERY_KEY (graph.Stage.plan_fields derive from it);
+- `keyed`: "every" for a field in every stage's key (the nonce), "user_code" for one in the key of every
+  stage that runs user code (the files and variables a case declares); the others enter the keys of the
+  stages that declare them (pipeline.stage_table: Stage.fields);
 - `variables`: the doit variables that override it, with their parser;
 - `replay`: what a change since a runtime dir was saved means for its replay
   (the runtime manifest records exactly these fields);
@@ -24,15 +26,6 @@ import uuid
 from collections.abc import Callable
 from typing import ClassVar
 
-# Stages that run user code, dispatch and bench included: they may read the files and variables
-# a case declares (Case.file_deps, Case.env_deps).
-_RUNS_USER_CODE = ("compile", "inputs", "golden", "dispatch", "validate", "inputs2", "golden2", "bench",
-                   "golden_bench")
-# The stages that make the inputs and run the golden on them, for either input set, or time it.
-_MAKING_INPUTS = ("inputs", "inputs2")
-_RUNNING_GOLDEN = ("golden", "golden2", "golden_bench")
-EVERY_KEY = "every stage's key"
-
 
 @dataclasses.dataclass(frozen=True)
 class Variable:
@@ -42,9 +35,9 @@ class Variable:
     parse: Callable
 
 
-def _field(source: str, keys: tuple = (), replay: str = None, variable: Variable = None, every_stage=False,
+def _field(source: str, keyed: str = None, replay: str = None, variable: Variable = None, every_stage=False,
            default=None):
-    meta = {"source": source, "keys": keys, "replay": replay, "variable": variable, "every_stage": every_stage}
+    meta = {"source": source, "keyed": keyed, "replay": replay, "variable": variable, "every_stage": every_stage}
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -166,47 +159,47 @@ class Plan:
     profile: str = _field("context", every_stage=True)
     # in no key: it decides only whether a call counts as hung
     timeout: float = _field("run", variable=Variable(("timeout",), _timeout), every_stage=True, default=60.0)
-    params: list = _field("case", ("abi",), default=[],
+    params: list = _field("case", default=[],
                           replay="the kernel's parameter list changed; the saved artifact has the old ABI")
-    signature: list = _field("case", ("abi", "compile"), default=[],
+    signature: list = _field("case", default=[],
                              replay="the specs' shapes, dtypes or scalar values changed")
-    specs: list = _field("case", (*_MAKING_INPUTS, *_RUNNING_GOLDEN), default=[],
+    specs: list = _field("case", default=[],
                          replay="the saved inputs may not be what the case generates now")
-    seed: int = _field("case", (*_MAKING_INPUTS, *_RUNNING_GOLDEN), default=0,
+    seed: int = _field("case", default=0,
                        replay="the saved inputs come from another seed")
-    kernel: str = _field("case", ("compile",),
+    kernel: str = _field("case",
                          replay="the saved artifact is not your current kernel; `doit verify:{case}` rebuilds it")
-    backend: str = _field("run", ("compile",), variable=Variable(("backend",), _backend))
+    backend: str = _field("run", variable=Variable(("backend",), _backend))
     # the world size: one process per rank; the ABI checks resident specs against it (`ranks=N` is
     # planning context, as the profile is: a case's specs may follow it, see Case)
-    ranks: int = _field("case", ("abi", "compile", "dispatch", "bench"), default=1,
+    ranks: int = _field("case", default=1,
                         replay="the world size changed; the saved artifact and placement are for the old one")
     # custom resources the stages that run the kernel or time it ask a cluster for (Case.resources)
-    resources: dict = _field("case", ("dispatch", "bench", "golden_bench"), default={},
+    resources: dict = _field("case", default={},
                              replay="the case now asks for other hardware (resources)")
-    options: dict = _field("run", ("compile",), variable=Variable(("options",), _options), default={})
-    golden: str = _field("case", _RUNNING_GOLDEN, replay="the saved golden may no longer be the intended reference")
-    policy: str = _field("case", ("validate",),
+    options: dict = _field("run", variable=Variable(("options",), _options), default={})
+    golden: str = _field("case", replay="the saved golden may no longer be the intended reference")
+    policy: str = _field("case",
                          replay="the saved validation policy (tolerances, comparators) differs from the case's")
     # BenchSettings' settings by name: how long the kernel and the golden are timed
-    bench: dict = _field("run", ("bench", "golden_bench"), variable=Variable(tuple(_BENCH_VARIABLES), _bench),
+    bench: dict = _field("run", variable=Variable(tuple(_BENCH_VARIABLES), _bench),
                          default={})
-    # in no key: `fresh=1` measures the timing stages again and replaces their entries (graph.Stage.timing;
+    # in no key: `fresh=1` measures the timing stages again and replaces their entries (stage_table.Stage.timing;
     # an entry's timings are outside its digest, so what reads it keeps its key and stays cached)
     fresh: bool = _field("run", variable=Variable(("fresh",), _fresh), default=False)
-    data_in: dict = _field("case", _MAKING_INPUTS, default={},
+    data_in: dict = _field("case", default={},
                            replay="the saved inputs come from other data files than the case's now")
-    data_out: dict = _field("case", ("golden", "golden2"), default={},
+    data_out: dict = _field("case", default={},
                             replay="the saved golden comes from other data files than the case's now")
-    external: dict = _field("case", _RUNS_USER_CODE, default={"files": {}, "env": {}},
+    external: dict = _field("case", "user_code", default={"files": {}, "env": {}},
                             replay="the files or variables the case declares (file_deps, env_deps) changed")
     # in no key: the digest of each function and constant, so that `golden-tasks explain` and a
     # replay can name what changed
-    parts: dict = _field("context", default={"kernel": {}, "golden": {}})
+    parts: dict = _field("context", default={"kernel": {}, "golden": {}})  # not a stage: the golden function's
     volatile: list = _field("context", default=[])  # what cannot be fingerprinted (see fingerprint.py)
     # whether the kernel is named by import path, so that its module never runs beside the golden (untrusted.py)
     golden_protected: bool = _field("context", default=False)
-    nonce: str = _field("run", EVERY_KEY)  # see for_this_run
+    nonce: str = _field("run", "every")  # see for_this_run
 
     error: ClassVar[None] = None
 
@@ -230,13 +223,6 @@ class Plan:
         """graph's memo of this plan's stage keys: not a field, so outside its JSON, equality and replace."""
         return {}
 
-    def keyed(self, stage: str) -> dict:
-        """The fields that enter `stage`'s key, by name."""
-        return {f: getattr(self, f) for f in keyed_fields(stage)}
-
-    def view(self, stage: str) -> "StagePlan":
-        return StagePlan(self, stage)
-
 
 @dataclasses.dataclass(frozen=True)
 class FailedPlan:
@@ -252,16 +238,17 @@ class FailedPlan:
 
 
 class StagePlan:
-    """What a stage may read of a plan: the fields in its key and those every stage may read. Reading any
-    other is an error, so a stage cannot depend on what its key does not cover."""
-    __slots__ = ("_plan", "_stage")
+    """What a stage may read of a plan: the fields in its key (`keyed`) and those every stage may read. Reading
+    any other is an error, so a stage cannot depend on what its key does not cover."""
+    __slots__ = ("_plan", "_stage", "_keyed")
 
-    def __init__(self, plan: Plan, stage: str):
+    def __init__(self, plan: Plan, stage: str, keyed: tuple):
         object.__setattr__(self, "_plan", plan)
         object.__setattr__(self, "_stage", stage)
+        object.__setattr__(self, "_keyed", keyed)
 
     def __getattr__(self, name):
-        if name in keyed_fields(self._stage) or name in EVERY_STAGE:
+        if name in self._keyed or name in EVERY_STAGE:
             return getattr(self._plan, name)
         raise AttributeError(f"the {self._stage} stage read plan field {name!r}, which is not in its key")
 
@@ -273,16 +260,13 @@ def _fields_where(test) -> tuple:
     return tuple(f.name for f in dataclasses.fields(Plan) if test(f.metadata))
 
 
+FIELDS = _fields_where(lambda m: True)
+KEYED_EVERYWHERE = _fields_where(lambda m: m["keyed"] == "every")
+KEYED_WITH_USER_CODE = _fields_where(lambda m: m["keyed"] == "user_code")
 SOURCE_FIELDS = _fields_where(lambda m: m["source"] == "case")  # a change makes the plan stale
 EVERY_STAGE = _fields_where(lambda m: m["every_stage"])
 REPLAY_MEANING = {f.name: f.metadata["replay"] for f in dataclasses.fields(Plan) if f.metadata["replay"]}
 VARIABLES = tuple(n for f in dataclasses.fields(Plan) if f.metadata["variable"] for n in f.metadata["variable"].names)
-
-
-@functools.cache
-def keyed_fields(stage: str) -> tuple:
-    """The plan fields that enter `stage`'s key."""
-    return _fields_where(lambda m: m["keys"] == EVERY_KEY or stage in m["keys"])
 
 
 def from_json(record: dict):

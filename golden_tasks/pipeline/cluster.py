@@ -2,7 +2,7 @@
 each stage that must run is a Ray task, while the caller still decides what is cached, orders the graph and
 commits every entry.
 
-    graph.execute(..., producer=RayCluster.produce)   in the driver (doit's parent, submitting from threads)
+    execution.execute(..., producer=RayCluster.produce)   in the driver (doit's parent, submitting from threads)
       -> _connect, once, on the first stage that must run (a run whose stages are all cached never connects):
          ray.init with the checkout as the job's working_dir, the route the sources take to the nodes
       -> _options: CPUs, a GPU when the artifact lives on one (and the cluster has one: else the stage is
@@ -11,15 +11,16 @@ commits every entry.
          a placement group of world-size bundles on one node, all or nothing. A resource no node has fails
          the case with its name, rather than waiting for ever.
       -> run_on_node, in a worker: the checkout's kernel sources checked by digest, the upstream objects the
-         node's store lacks fetched from Ray's object store (each checked by digest), graph.produce_here there
+         node's store lacks fetched from Ray's object store (each checked by digest), execution.produce_here there
          (user code isolated and confined as on one machine), and what it made sent back by value
-      -> _received: every object re-hashed into the driver's store; graph then commits the entry.
+      -> _received: every object re-hashed into the driver's store; execution then commits the entry.
 
 A worker never writes the driver's store. Ray runs a task again elsewhere when its worker or node dies
 (RETRIES); a kernel that crashes is not a dead worker (its isolated child dies, and the task returns the
 failure), so it is never retried into a PASS. Imports ray only when it connects.
 """
 import atexit
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -31,11 +32,13 @@ from pathlib import Path
 
 from ..model.errors import StageFailed, VerificationFailure
 from ..model.hashing import digest_bytes, digest_file
-from ..model.plan import Plan, keyed_fields
+from ..model.plan import Plan
 from ..project import config
 from ..project.toolchain import hardware, node_class
 from ..storage.store import CorruptObject, Store, object_problem
-from . import graph
+from .execution import DamagedUpstream, by_value, produce_here
+from .stage_table import BY_NAME, Stage, StageName
+from .stored import Produced
 
 RETRIES = 3  # times Ray runs a task again whose worker or node died
 REACH_SECONDS = 10.0  # how long the cluster's address may take to answer (ray.init itself waits minutes)
@@ -53,9 +56,9 @@ DEFAULT_TOKEN = "~/.ray/auth_token"
 
 
 def producer(root: Path):
-    """graph.execute's producer for this run's executor (config.executor): graph.produce_here, or the
+    """execution.execute's producer for this run's executor (config.executor): execution.produce_here, or the
     process's RayCluster for the project at `root`."""
-    return graph.produce_here if config.executor() == "local" else cluster(Path(root).resolve()).produce
+    return produce_here if config.executor() == "local" else cluster(Path(root).resolve()).produce
 
 
 @functools.cache
@@ -76,18 +79,21 @@ class RayCluster:
         self._refs = {}  # object digest -> its ObjectRef: each object crosses once per run
         self._in_flight = set()
 
-    def produce(self, stage: graph.Stage, plan: Plan, store: Store, upstream: dict, case) -> tuple:
-        """graph.produce_here's contract, on the cluster."""
+    def produce(self, stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> Produced | DamagedUpstream:
+        """execution.produce_here's contract, on the cluster."""
         ray = self._connect()
         options, group = self._options(stage, plan, upstream)
         try:
-            objects = {r["digest"]: self._put(store, entry, name, r)
-                       for entry in upstream.values() for name, r in entry.objects.items()}
-            by_value = case and graph.by_value(case, plan)
+            try:
+                objects = {r["digest"]: self._put(store, entry, name, r)
+                           for entry in upstream.values() for name, r in entry.objects.items()}
+            except CorruptObject as corruption:
+                return DamagedUpstream(corruption.entry, corruption.name, corruption.problem)
+            pickled = case and by_value(case, plan)
             # the refs travel inside a list, so that Ray hands them over unresolved: a node fetches only those
             # its store lacks
             ref = self._remote.options(**options).remote(stage.name, plan, upstream, [objects],
-                                                         (str(self.root), self._sources), by_value)
+                                                         (str(self.root), self._sources), pickled)
             with self._lock:
                 self.submitted += 1
                 self._in_flight.add(ref)
@@ -166,18 +172,18 @@ class RayCluster:
             self._refs[digest] = self._ray.put(data)
         return self._refs[digest]
 
-    def _options(self, stage: graph.Stage, plan: Plan, upstream: dict) -> tuple:
+    def _options(self, stage: Stage, plan: Plan, upstream: dict) -> tuple:
         """(the task's Ray options, its placement group or None), once the cluster is known to have what they
         ask for (else a StageFailed naming what is missing)."""
         ray = self._ray
         cpus = max(1, int(os.environ.get(config.THREADS_ENV) or 1))
-        device = upstream["compile"].meta.get("device", "cpu") if "compile" in upstream else "cpu"
+        device = upstream[StageName.COMPILE].meta.get("device", "cpu") if StageName.COMPILE in upstream else "cpu"
         # a cluster with no GPU at all runs it anywhere: the node skips a CUDA kernel, as a machine without one does
         gpus = 1 if device == "cuda" and ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        resources = {node_class(): CLASS_SHARE, **(plan.resources if "resources" in keyed_fields(stage.name) else {})}
+        resources = {node_class(): CLASS_SHARE, **(plan.resources if "resources" in stage.plan_fields else {})}
         options = {"num_cpus": cpus, "num_gpus": gpus, "resources": resources, "max_retries": RETRIES,
                    "retry_exceptions": False}
-        world = plan.ranks if "compile" in stage.reads and plan.ranks > 1 else 1
+        world = plan.ranks if StageName.COMPILE in stage.reads and plan.ranks > 1 else 1
         self._check_placeable(plan, {"CPU": cpus * world, "GPU": gpus * world, **resources})
         if world == 1:
             return options, None
@@ -292,11 +298,20 @@ def _checkout(driver_root: str, expected: dict) -> Path:
     return _arrived[key]
 
 
-def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkout: tuple, case) -> tuple:
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    """Produced, sent back from a node: each object as (its record, its bytes), for the driver's store."""
+    objects: dict
+    meta: dict
+    stats: dict
+
+
+def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkout: tuple,
+                case) -> Sent | DamagedUpstream | VerificationFailure:
     """A Ray task, in a worker of the node Ray placed it on (its working directory: the job's copy of the
-    checkout; `checkout`: the driver's path of it and its sources, see _checkout): graph.produce_here on the
-    node's own store, the objects it made returned as (record, bytes); a failure of the stage is returned
-    ("failed", exception), not raised, so that Ray never retries it."""
+    checkout; `checkout`: the driver's path of it and its sources, see _checkout): execution.produce_here on
+    the node's own store, what it made sent back; a failure of the stage is returned, not raised, so that Ray
+    never retries it."""
     import ray  # noqa: PLC0415 -- this runs in a Ray worker
 
     try:
@@ -314,28 +329,28 @@ def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkou
                     if got["digest"] != record["digest"]:
                         raise StageFailed(f"an object of the {entry.stage} stage reached node {hardware()['host']} "
                                           f"altered (digest {got['digest']}, not {record['digest']})")
-        done = graph.produce_here(graph.BY_NAME[stage_name], plan, store, upstream, case)
+        made = produce_here(BY_NAME[stage_name], plan, store, upstream, case)
     except VerificationFailure as exc:
-        return "failed", exc
-    if done[0] != "done":
-        return done
-    _, objects, meta, stats = done
-    return "done", {n: (r, store.object_path(r["digest"]).read_bytes()) for n, r in objects.items()}, meta, stats
+        return exc
+    if not isinstance(made, Produced):
+        return made
+    return Sent({n: (r, store.object_path(r["digest"]).read_bytes()) for n, r in made.objects.items()},
+                made.meta, made.stats)
 
 
-def _received(stage: graph.Stage, store: Store, outcome: tuple) -> tuple:
-    """What a task sent back as graph.produce_here's result, its objects re-hashed into the driver's store."""
-    if outcome[0] == "failed":
-        raise outcome[1]
-    if outcome[0] != "done":
+def _received(stage: Stage, store: Store, outcome: Sent | DamagedUpstream | VerificationFailure
+              ) -> Produced | DamagedUpstream:
+    """What a task sent back as execution.produce_here's result, its objects re-hashed into the driver's store."""
+    if isinstance(outcome, VerificationFailure):
+        raise outcome
+    if isinstance(outcome, DamagedUpstream):
         return outcome
-    _, sent, meta, stats = outcome
-    objects = {}
-    for name, (record, data) in sent.items():
+    objects, stats = {}, outcome.stats
+    for name, (record, data) in outcome.objects.items():
         got = store.put_buffer(data)
         if (got["digest"], got["nbytes"]) != (record["digest"], record["nbytes"]):
             raise StageFailed(f"object {name!r} of the {stage.name} stage came back from node "
                               f"{(stats.get('node') or {}).get('host')} as {got['digest']}, not the {record['digest']} "
                               "it was sent as: not committed")
         objects[name] = record
-    return "done", objects, meta, stats
+    return Produced(objects, outcome.meta, stats)

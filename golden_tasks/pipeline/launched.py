@@ -36,7 +36,9 @@ from ..project import config
 from ..stages import load_checked
 from ..stages.dispatch import call_kernel
 from ..stages.validate import blank, judge
-from . import graph
+from .execution import execute
+from .stage_table import BY_NAME, StageName
+from .stored import load_outputs
 
 LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 GRACE_SECONDS = 5.0  # for the ranks to read the verdict, and a hung rank's to end after it
@@ -130,23 +132,23 @@ def _end_when_judged(case_name: str, seconds: float, ran: threading.Event) -> No
 def _rank(plan, store, rank: int, world: int) -> RankVerdict:
     case = live_case(plan)
 
-    def outputs(stage: str):
-        entry, _ = graph.execute(graph.BY_NAME[stage], plan, store, case)
-        return graph.load_outputs(store, entry)
+    def outputs(stage: StageName):
+        entry, _ = execute(BY_NAME[stage], plan, store, case)
+        return load_outputs(store, entry)
 
     # every rank builds its own: the slowest sets when the ranks meet (a compile's budget)
-    abi, compiled, inputs = outputs("abi"), outputs("compile"), outputs("inputs")
+    abi, compiled, inputs = outputs(StageName.ABI), outputs(StageName.COMPILE), outputs(StageName.INPUTS)
     artifact = load_checked(compiled, abi)
     if reason := artifact.unavailable():
         return RankVerdict(Verdict.SKIPPED, reason)
     what = f"the kernel of {plan.case}"
     placement = ranks.Placement(abi.meta.table, abi.meta.placement, inputs, world, None if rank == 0 else [rank])
-    golden_seconds = graph.BY_NAME["golden"].budget(plan)
+    golden_seconds, compile_seconds = BY_NAME[StageName.GOLDEN].budget(plan), BY_NAME[StageName.COMPILE].budget(plan)
     # torchrun's agent hosts the store (it says so with TORCHELASTIC_USE_AGENT_STORE), else rank 0 does
-    _, meeting = _meeting(plan.case, graph.BY_NAME["compile"].budget(plan) + golden_seconds,
+    _, meeting = _meeting(plan.case, compile_seconds + golden_seconds,
                           host=rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True")
     meeting.set(f"ready/{rank}", "1")
-    if late := _wait(meeting, [f"ready/{r}" for r in range(world)], graph.BY_NAME["compile"].budget(plan)):
+    if late := _wait(meeting, [f"ready/{r}" for r in range(world)], compile_seconds):
         return RankVerdict(Verdict.FAIL, f"{what}: ranks {', '.join(k.split('/')[1] for k in late)} never came "
                                          "(launch them all)")
     ran = threading.Event()
@@ -171,7 +173,7 @@ def _rank(plan, store, rank: int, world: int) -> RankVerdict:
         keys = [f"report/{r}" for r in range(world)]
         missing = _wait(meeting, keys, plan.timeout + ranks.JOIN_SECONDS)  # a stuck collective times out first
         reports = [None if k in missing else pickle.loads(meeting.get(k)) for k in keys]
-        meeting.set("verdict", _judge(case, placement, reports, what, lambda: outputs("golden"), inputs,
+        meeting.set("verdict", _judge(case, placement, reports, what, lambda: outputs(StageName.GOLDEN), inputs,
                                       plan.timeout + ranks.JOIN_SECONDS).to_json())
         _wait(meeting, [f"done/{r}" for r in range(1, world)], GRACE_SECONDS)  # this process may host the store
     elif _wait(meeting, ["verdict"], plan.timeout + ranks.JOIN_SECONDS + golden_seconds):

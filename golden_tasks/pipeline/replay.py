@@ -27,8 +27,9 @@ from ..project.config import DEFAULT_PROFILE, Project
 from ..project.fingerprint_parts import changed_parts
 from ..project.layout import LayoutError
 from ..project.toolchain import toolchain
-from . import graph
+from .execution import replay_stages
 from .runtime import saved_outputs, saved_plan
+from .stage_table import StageName
 
 _GOLDEN_TASKS_MODULE = re.compile(r"golden_tasks(\.[A-Za-z_]\w*)+")
 
@@ -180,12 +181,12 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
                          placement_of(plan.signature))
         with tempfile.TemporaryDirectory() as work:
             # dispatch, validate and bench, as in a verify, on the saved abi, compile, inputs and golden
-            outputs = graph.replay(plan, saved_outputs(path, manifest), case, Path(work))
-        if reason := outputs["validate"].skipped:  # no golden was saved, or no device here
+            outputs = replay_stages(plan, saved_outputs(path, manifest), case, Path(work))
+        if reason := outputs[StageName.VALIDATE].skipped:  # no golden was saved, or no device here
             raise ReplayError(f"cannot replay {path} here: {reason}")
     except VerificationFailure as exc:
         return ReplayResult(False, str(exc), stale, None, {})
-    return ReplayResult(True, None, stale, outputs["validate"].meta, outputs["bench"].stats.kernel_us)
+    return ReplayResult(True, None, stale, outputs[StageName.VALIDATE].meta, outputs[StageName.BENCH].stats.kernel_us)
 
 
 def main(path, project=None) -> int:

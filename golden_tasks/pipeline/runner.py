@@ -11,6 +11,9 @@ from ..model.records import CaseRow
 from ..model.verdicts import StageState, Verdict
 from ..project import config
 from . import cluster, graph, runtime, summary
+from .execution import execute, produce_here
+from .stage_table import BY_NAME, STAGES, StageName
+from .stored import load_timings
 
 
 @dataclasses.dataclass
@@ -45,15 +48,16 @@ def verify(plan, store, work_dir: Path, case=None, producer=None) -> tuple[CaseR
     fails; the runtime dir `work_dir` written when the case passes; the hits and misses logged.
     Returns (the summary row: summary.case_row, stage -> seconds of the run that made its entry).
     `case` is the live case when the caller has it (else imported where a stage needs it); `producer`
-    runs the stages that must run (graph.execute; cluster.producer: this run's executor)."""
+    runs the stages that must run (execution.execute; cluster.producer: this run's executor)."""
     states, errors, timings, worst = {}, {}, {}, None
     if not plan.error:
-        if producer in (None, graph.produce_here) and any(graph.remeasured(s, plan) or graph.cached(s, plan, store)
-                                                          is None for s in graph.STAGES):
+        lookups = graph.Lookups(plan, store)
+        if producer in (None, produce_here) and any(graph.remeasured(s, plan) or lookups.cached(s) is None
+                                                    for s in STAGES):
             config.apply_threads()  # imports torch: not for a case whose every stage is cached
-        for stage in graph.STAGES:
+        for stage in STAGES:
             try:
-                entry, ran = graph.execute(stage, plan, store, case, producer)
+                entry, ran = execute(stage, plan, store, case, producer)
             except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
                 detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
                 states[stage.name], errors[stage.name] = StageState.FAILED, f"{exc}{detail}"
@@ -62,7 +66,7 @@ def verify(plan, store, work_dir: Path, case=None, producer=None) -> tuple[CaseR
             states[stage.name] = StageState.RAN if ran else StageState.CACHED
             timings[stage.name] = Stats.of(entry).seconds
     row = summary.case_row(plan, states, errors, store, failed=worst)
-    if row.status == Verdict.PASS and (plan.fresh or not runtime.is_current(plan, store, work_dir)):
+    if row.status == Verdict.PASS and (plan.fresh or not runtime.is_current(graph.Lookups(plan, store), work_dir)):
         runtime.materialize(plan, store, work_dir, row)
     tally = summary.Tally()
     for stage, state in states.items():
@@ -101,8 +105,8 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
     # Case's options that run() passes on, its bench settings last (its name, specs, kernel and golden are
     # run()'s arguments; its root is the current directory).
     bench = {f.name for f in dataclasses.fields(BenchSettings)}
-    run_options = sorted((f.name for f in dataclasses.fields(Case) if f.name not in ("name", "specs", "kernel",
-                                                                                       "golden", "root")),
+    arguments = ("name", "specs", "kernel", "golden", "root")  # not a stage: Case's fields
+    run_options = sorted((f.name for f in dataclasses.fields(Case) if f.name not in arguments),
                          key=lambda name: name in bench)
     if not isinstance(fn, (KernelForm, str)):
         raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, or the import path "
@@ -120,13 +124,13 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
     except VerificationFailure as exc:
         plan = FailedPlan(case_name, None, str(exc), config.profile())
     row, timings = verify(plan, store, work_dir, case, cluster.producer(Path.cwd()))
-    bench, golden_entry = (graph.cached(graph.BY_NAME[s], plan, store) if not plan.error else None
-                           for s in ("bench", "golden_bench"))
+    lookups = None if plan.error else graph.Lookups(plan, store)
+    bench, golden_entry = (lookups and lookups.cached(BY_NAME[s]) for s in (StageName.BENCH, StageName.GOLDEN_BENCH))
     return RunResult(
         passed=row.status == Verdict.PASS,
         error="\n".join(row.errors.values()) or (f"SKIPPED: {row.skipped}" if row.skipped else None)
         or (row.status if row.status != Verdict.PASS else None),
         case=case_name, stages=row.stages, timings=timings, work_dir=work_dir,
-        bench=(bench and graph.load_timings(store, bench).kernel_us) or {},
-        golden_bench=(golden_entry and graph.load_timings(store, golden_entry).golden_us) or {},
+        bench=(bench and load_timings(store, bench).kernel_us) or {},
+        golden_bench=(golden_entry and load_timings(store, golden_entry).golden_us) or {},
         report=row, status=row.status, skipped=row.skipped)

@@ -30,34 +30,23 @@ from ..model.records import MANIFEST, MANIFEST_FORMAT, BadRecord, CaseRow, Manif
 from ..project.toolchain import pipeline_version, toolchain
 from ..storage.store import umask
 from . import graph
+from .stage_table import BY_NAME, STAGES, InReplay, StageName
+from .stored import load_timings
 
 # What a replay compares with the current source (golden_tasks.model.plan: each field's `replay`), and
 # the parts that name what changed.
 FINGERPRINTS = (*REPLAY_MEANING, "parts")
 
 
-# Where each stage's tensors are saved.
-FOLDERS = {"inputs": "data/in", "golden": "data/golden", "dispatch": "data/out", "inputs2": "data/in2",
-           "golden2": "data/golden2"}
-
-
-def current_keys(plan: Plan, store, found: dict = None) -> dict:
-    """stage -> key for every stage whose upstream is cached (None otherwise); `found` as graph.resolve's
-    (an entry found under a stage's current key has that key)."""
-    found = {} if found is None else found
-    return {s.name: found[s.name].key if found.get(s.name) else graph.resolve(s, plan, store, found)[0]
-            for s in graph.STAGES}
-
-
-def is_current(plan: Plan, store, case_dir: Path, found: dict = None) -> bool:
-    """Whether case_dir holds this plan's current run, under its profile, every file present, unchanged
-    since written (size and mtime: the files are hard links, so damage to a cache object shows here too).
-    `found`: entries already looked up in this run (graph.resolve)."""
+def is_current(lookups: graph.Lookups, case_dir: Path) -> bool:
+    """Whether case_dir holds the run of the lookups' plan under their current keys, under its profile, every
+    file present, unchanged since written (size and mtime: the files are hard links, so damage to a cache
+    object shows here too)."""
     try:
         manifest = Manifest.read(case_dir)
     except BadRecord:
         return False
-    if manifest.keys != current_keys(plan, store, found) or manifest.profile != plan.profile:
+    if manifest.keys != lookups.keys() or manifest.profile != lookups.plan.profile:
         return False
     for rel, record in manifest.recorded().items():
         try:
@@ -85,7 +74,8 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow = None) -> P
 
     from ..model.specs import dtype_of  # noqa: PLC0415
 
-    entries = graph.snapshot(plan, store)
+    lookups = graph.Lookups(plan, store)
+    entries = lookups.snapshot()
     missing = [n for n, e in entries.items() if e is None]
     if missing:
         raise RuntimeError(f"{plan.case} is not verified yet ({', '.join(missing)} not cached)")
@@ -93,40 +83,40 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow = None) -> P
     tmp = Path(tempfile.mkdtemp(dir=case_dir.parent, prefix=f".{case_dir.name}."))
     os.chmod(tmp, 0o777 & ~umask())  # as a plain mkdir would make it
     tensors, files = {}, {}
-    for stage, folder in FOLDERS.items():
-        for name, record in entries[stage].objects.items():
-            rel = f"{folder}/{name}.bin"
+    for stage in (s for s in STAGES if s.folder):
+        for name, record in entries[stage.name].objects.items():
+            rel = f"{stage.folder}/{name}.bin"
             _place(store.object_path(record["digest"]), tmp / rel)
             tensors[rel] = {k: record[k] for k in ("digest", "nbytes", "dtype", "shape")}
-    table = AbiMeta.of(entries["abi"]).table
-    for name, value in InputsMeta.of(entries["inputs"]).scalars.items():
+    table = AbiMeta.of(entries[StageName.ABI]).table
+    for name, value in InputsMeta.of(entries[StageName.INPUTS]).scalars.items():
         row = next(r for r in table if r["name"] == name)
         raw = torch.tensor(value, dtype=dtype_of(row["dtype"])).reshape(1).view(torch.uint8).numpy().tobytes()
         rel = f"data/in/{name}.bin"
         (tmp / rel).write_bytes(raw)
         tensors[rel] = {"digest": digest_bytes(raw), "nbytes": len(raw), "dtype": row["dtype"], "shape": []}
-    compiled, built = entries["compile"], CompileMeta.of(entries["compile"])
+    compiled, built = entries[StageName.COMPILE], CompileMeta.of(entries[StageName.COMPILE])
     for name, record in compiled.objects.items():
         _place(store.object_path(record["digest"]), tmp / "artifact" / name)
-    policy = entries["validate"].objects.get(POLICY_FILE)
+    policy = entries[StageName.VALIDATE].objects.get(POLICY_FILE)
     if policy:
         _place(store.object_path(policy["digest"]), tmp / POLICY_FILE)
         files[POLICY_FILE] = {"digest": policy["digest"], "nbytes": policy["nbytes"]}
     manifest = Manifest(
         format=MANIFEST_FORMAT, case=plan.case, module=plan.module, profile=plan.profile,
-        keys=current_keys(plan, store), fingerprints={f: getattr(plan, f) for f in FINGERPRINTS},
+        keys=lookups.keys(), fingerprints={f: getattr(plan, f) for f in FINGERPRINTS},
         toolchain=toolchain(), pipeline=pipeline_version(), table=table,
-        placement=AbiMeta.of(entries["abi"]).placement, bench=plan.bench, timeout=plan.timeout,
+        placement=AbiMeta.of(entries[StageName.ABI]).placement, bench=plan.bench, timeout=plan.timeout,
         # saved stages that skipped (a case without a golden): a replay skips what reads them
-        skipped={s: reason for s in ("golden", "inputs2", "golden2")
-                 if (reason := graph.BY_NAME[s].meta.of(entries[s]).skipped)},
+        skipped={s.name: reason for s in STAGES
+                 if s.replay is InReplay.SAVED and (reason := s.meta.of(entries[s.name]).skipped)},
         artifact={"backend": built.backend, "module": built.module, "table": built.table,
                   "files": {f"artifact/{n}": {"digest": r["digest"], "nbytes": r["nbytes"]}
                             for n, r in compiled.objects.items()}},
         tensors=tensors, files=files)
-    run_report = {"case": plan.case, "summary": summary and summary.to_json(), "validation": entries["validate"].meta,
-                  "kernel_us": graph.load_timings(store, entries["bench"]).kernel_us,
-                  "golden_us": graph.load_timings(store, entries["golden_bench"]).golden_us}
+    run_report = {"case": plan.case, "summary": summary and summary.to_json(),
+                  "validation": entries[StageName.VALIDATE].meta,
+                  **{s.timing: getattr(load_timings(store, entries[s.name]), s.timing) for s in STAGES if s.timing}}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))
     manifest.mtimes = {rel: os.stat(tmp / rel).st_mtime_ns for rel in manifest.recorded()}
     (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest.to_json())), indent=1, sort_keys=True))
@@ -146,22 +136,24 @@ def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
     and the golden's outputs on them (tensors map the saved files; nothing is copied)."""
     from ..storage.tensors import map_raw  # noqa: PLC0415 -- imports torch: only where a replay runs
 
-    def folder(stage):
-        prefix = f"{FOLDERS[stage]}/"
+    def folder(stage: StageName) -> dict:
+        prefix = f"{BY_NAME[stage].folder}/"
         return {rel[len(prefix):-len(".bin")]: map_raw(case_dir / rel, record)
                 for rel, record in manifest.tensors.items() if rel.startswith(prefix)}
 
-    table, artifact, inputs, skipped = manifest.table, manifest.artifact, folder("inputs"), manifest.skipped
+    table, artifact, inputs, skipped = manifest.table, manifest.artifact, folder(StageName.INPUTS), manifest.skipped
     scalars = {r["name"]: inputs.pop(r["name"]).item() for r in table if r["kind"] == "scalar"}
     return {
-        "abi": Outputs(meta=AbiMeta(table=table, placement=manifest.placement)),
-        "compile": Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact["files"]},
-                           meta=CompileMeta(backend=artifact["backend"], module=artifact["module"],
-                                            table=artifact["table"])),
-        "inputs": Outputs(tensors=inputs, meta=InputsMeta(scalars=scalars)),
-        "golden": Outputs(tensors=folder("golden"), meta=Meta(skipped=skipped.get("golden"))),
-        "inputs2": Outputs(tensors=folder("inputs2"), meta=InputsMeta(scalars=scalars, skipped=skipped.get("inputs2"))),
-        "golden2": Outputs(tensors=folder("golden2"), meta=Meta(skipped=skipped.get("golden2"))),
+        StageName.ABI: Outputs(meta=AbiMeta(table=table, placement=manifest.placement)),
+        StageName.COMPILE: Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact["files"]},
+                                   meta=CompileMeta(backend=artifact["backend"], module=artifact["module"],
+                                                    table=artifact["table"])),
+        StageName.INPUTS: Outputs(tensors=inputs, meta=InputsMeta(scalars=scalars)),
+        StageName.GOLDEN: Outputs(tensors=folder(StageName.GOLDEN), meta=Meta(skipped=skipped.get(StageName.GOLDEN))),
+        StageName.INPUTS2: Outputs(tensors=folder(StageName.INPUTS2),
+                                   meta=InputsMeta(scalars=scalars, skipped=skipped.get(StageName.INPUTS2))),
+        StageName.GOLDEN2: Outputs(tensors=folder(StageName.GOLDEN2),
+                                   meta=Meta(skipped=skipped.get(StageName.GOLDEN2))),
     }
 
 

@@ -5,30 +5,33 @@ from ..model.outputs import SAMPLES_FILE, BenchMeta, CompileMeta, Stats, Validat
 from ..model.plan import FailedPlan, Plan
 from ..model.records import CaseRow, Timing
 from ..model.verdicts import StageState, Verdict
-from .graph import STAGES, snapshot
+from .graph import Lookups
+from .stage_table import STAGES, StageName
 
 
-def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, found: dict = None,
+def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, known: dict = None,
              failed: Worst = None) -> CaseRow:
-    """The summary of one case from its stage states and its cached entries; `found`: entries already
-    looked up (graph.resolve); `failed`: what a validation that failed in this run found at worst
+    """The summary of one case from its stage states and its cached entries; `known`: entries already
+    found under their current keys (graph.Lookups); `failed`: what a validation that failed in this run found at worst
     (errors.StageFailed.worst)."""
     stages = {s.name: states.get(s.name, StageState.NOT_RUN) for s in STAGES}
     if plan.error:
         return CaseRow(case=plan.case, status=Verdict.FAIL, stages=dict.fromkeys(stages, StageState.NOT_RUN),
                        errors={"plan": plan.error}, reason=_first_failure({"plan": plan.error}))
-    entries = snapshot(plan, store, found)
+    entries = Lookups(plan, store, known).snapshot()
     row = CaseRow(case=plan.case, status=Verdict.INCOMPLETE, stages=stages, errors=errors,
                   golden_protected=plan.golden_protected,
                   keys={name: entry and entry.key for name, entry in entries.items()},
-                  fingerprints={field: getattr(plan, field) for field in ("kernel", "golden", "policy")},
+                  fingerprints={"kernel": plan.kernel, "policy": plan.policy,
+                                "golden": plan.golden},  # not a stage: the plan field
                   seconds=sum(Stats.of(entries[name]).seconds or 0.0 for name, state in stages.items()
                               if state == StageState.RAN and entries[name]))
     for name, state in stages.items():
         if state.reached and entries[name] and entries[name].meta.get("skipped"):
             stages[name] = StageState.SKIPPED
-    validate, bench, timed_golden = entries["validate"], entries["bench"], entries["golden_bench"]
-    row.config = entries["compile"] and CompileMeta.of(entries["compile"]).config or None
+    validate, bench, timed_golden = (entries[StageName.VALIDATE], entries[StageName.BENCH],
+                                     entries[StageName.GOLDEN_BENCH])
+    row.config = entries[StageName.COMPILE] and CompileMeta.of(entries[StageName.COMPILE]).config or None
     verdict = validate and ValidateMeta.of(validate)
     if verdict:
         row.max_abs, row.outputs, row.warnings = verdict.max_abs, verdict.outputs, list(verdict.warnings)

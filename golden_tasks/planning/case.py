@@ -177,7 +177,8 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         golden=fp(case.golden) if case.golden is not None else None,
         policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),
         bench=case.bench_settings(), **data, external=external,
-        parts={"kernel": parts(case.kernel, fp), "golden": parts(case.golden, fp) if case.golden is not None else {}},
+        parts={"kernel": parts(case.kernel, fp),
+               "golden": parts(case.golden, fp) if case.golden is not None else {}},  # not a stage: the function
         volatile=sorted(set(fp.volatile)), golden_protected=isinstance(case.kernel, KernelRef))
     return plan, fp.files | data_files | external_files
 

@@ -20,6 +20,8 @@ from pathlib import Path
 from ..model.hashing import digest_file, digest_json
 from ..model.records import CaseRow
 from ..pipeline import graph
+from ..pipeline.stage_table import BY_NAME, StageName
+from ..pipeline.stored import load_outputs, load_timings
 from ..pipeline.summary import first_line
 from ..storage.store import atomic_write
 
@@ -238,32 +240,32 @@ class Sources:
             raise Unplottable(f"the case cannot be planned: {first_line(plan.error)}")
         return plan
 
-    def outputs(self, stage: str, row: CaseRow):
+    def outputs(self, stage: StageName, row: CaseRow):
         """The Outputs of the row's entry of `stage`: by its content key in the row, else under the current plan."""
         key = row.keys.get(stage)
         if key:
             entry = self.store.get(stage, key)
             where = f"its {stage} entry {key[:16]} is no longer in the cache"
         else:
-            entry = graph.cached(graph.BY_NAME[stage], self.plan(row.case), self.store)
+            entry = graph.Lookups(self.plan(row.case), self.store).cached(BY_NAME[stage])
             where = (f"no {stage} entry in the cache for the case's current plan (a run with doit variables: "
                      f"pass them too, NAME=VALUE)")
         if entry is None:
             raise Unplottable(where)
-        outputs = graph.load_outputs(self.store, entry)
+        outputs = load_outputs(self.store, entry)
         if outputs.skipped:
             raise Unplottable(f"{stage} was skipped: {outputs.skipped}")
         return outputs
 
     def kernel_timing(self, row: CaseRow) -> dict:
         """The kernel's timing with every round, from the samples of the row's bench entry."""
-        key = row.keys.get("bench")
+        key = row.keys.get(StageName.BENCH)
         if not key:
             raise Unplottable("the record names no bench entry, which holds the rounds")
-        entry = self.store.get("bench", key)
+        entry = self.store.get(StageName.BENCH, key)
         if entry is None:
             raise Unplottable(f"its bench entry {key[:16]} is no longer in the cache")
-        return graph.load_timings(self.store, entry).kernel_us
+        return load_timings(self.store, entry).kernel_us
 
 
 def output_plots(row: CaseRow, sources: Sources) -> list:
@@ -271,7 +273,7 @@ def output_plots(row: CaseRow, sources: Sources) -> list:
     from ..model import compare  # noqa: PLC0415 -- imports torch
     from ..planning.case import live_case  # noqa: PLC0415 -- imports torch and the kernel module
 
-    golden, dispatch = sources.outputs("golden", row), sources.outputs("dispatch", row)
+    golden, dispatch = sources.outputs(StageName.GOLDEN, row), sources.outputs(StageName.DISPATCH, row)
     policy = live_case(sources.plan(row.case)).policy()
     verdicts = {c.name: c for c in policy.check(dispatch.tensors, golden.tensors)}
     plots = []
@@ -329,7 +331,7 @@ def case_plots(row: CaseRow, sources: Sources) -> list:
 # -- the figures of a case, kept in the cache under the content they are drawn from
 
 
-_DRAWN_FROM = ("golden", "dispatch", "bench")  # the stages whose entries a case's figures show
+_DRAWN_FROM = (StageName.GOLDEN, StageName.DISPATCH, StageName.BENCH)  # the stages whose entries a case's figures show
 
 
 @functools.cache

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..model.hashing import digest_json
 from ..model.records import BadRecord, CaseRow, RunRecord, Timing
 from ..model.verdicts import Verdict
-from ..pipeline import graph
+from ..pipeline.stage_table import STAGES
 from ..pipeline.summary import first_line
 from ..planning.library import planned_library, run_variables
 from ..project import config
@@ -42,7 +42,7 @@ def _e(value) -> str:
     return html.escape("-" if value is None else str(value))
 
 
-_STAGE_ORDER = {s.name: i for i, s in enumerate(graph.STAGES)}
+_STAGE_ORDER = {s.name: i for i, s in enumerate(STAGES)}
 
 
 def _reason(row: CaseRow) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..model.origin import shown
 from ..model.records import CaseRow, RunRecord
 from ..model.verdicts import Verdict
-from ..pipeline.graph import STAGES
+from ..pipeline.stage_table import STAGES
 from ..project import reaper
 from ..storage.store import atomic_write
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from ..model.records import BadRecord, CaseRow, RunRecord, Timing
 from ..model.verdicts import Speed, Verdict
+from ..pipeline.stage_table import StageName
 
 FAIL_ON = ("any", "status", "slower", "none")
 
@@ -129,8 +130,8 @@ def _timings(cases: list, a_rows: dict, b_rows: dict, threshold: float, sigmas: 
             table.append([case, ta.describe() if ta else "-", tb.describe() if tb else "-", "-",
                           f"no kernel time: {', '.join(missing)}"])
             continue
-        bench_key = a.keys.get("bench")
-        if bench_key and bench_key == b.keys.get("bench") and ta == tb:
+        bench_key = a.keys.get(StageName.BENCH)
+        if bench_key and bench_key == b.keys.get(StageName.BENCH) and ta == tb:
             change, note = Change(1.0, 0.0, Speed.SAME), " (one measurement: the same bench entry)"
         else:
             change = judge(ta, tb, threshold, sigmas, drift)

@@ -1,8 +1,9 @@
 """The pipeline's stages, one module each, and the helpers they share.
 
-Every stage module exposes `run(case, plan, workdir, **upstream) -> Outputs`,
-where `plan` is its view of the plan (plan.StagePlan) and `upstream` maps each
-stage it reads to that stage's Outputs (golden_tasks.model.outputs declares them). A
+Every stage module exposes `run(case, plan, workdir, upstream) -> Outputs`,
+where `plan` is its view of the plan (plan.StagePlan) and `upstream` holds the
+Outputs of each stage it reads (model.outputs.Upstream; pipeline.stage_table
+declares what each stage reads and which module computes it). A
 stage knows nothing about doit or the store; a FAIL verdict is a raised
 StageFailed.
 

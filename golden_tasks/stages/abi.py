@@ -7,7 +7,7 @@ tensor is allocated. The output is the table stamped with directions: what the
 kernel takes (on each rank, for a multi-rank kernel: a stacked tensor's slice),
 and the placement of resident tensors across ranks.
 """
-from ..model.outputs import AbiMeta
+from ..model.outputs import AbiMeta, Upstream
 from ..model.specs import STACKED, placement_of, view_shape
 from . import Outputs, StageFailed
 
@@ -60,7 +60,7 @@ def placement_problems(signature: list, ranks: int) -> list:
     return found
 
 
-def run(case, plan, workdir):
+def run(case, plan, workdir, upstream: Upstream) -> Outputs:
     found = problems(plan.params, plan.signature, plan.ranks)
     if found:
         raise StageFailed(f"ABI mismatch for {plan.case}:\n  " + "\n  ".join(found))

@@ -41,7 +41,7 @@ import time
 import torch
 
 from ..forms import isolate, ranks
-from ..model.outputs import POLICY_FILE, BenchMeta, Stats
+from ..model.outputs import POLICY_FILE, BenchMeta, Stats, Upstream
 from ..storage.tensors import same_bits
 from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, load_checked, rank_stats
 from .inputs2 import unseen_sets
@@ -372,15 +372,17 @@ def _slots(placement) -> dict:
                  for _ in range(SAMPLES)] for _ in range(2)] for r, guards in placement.guards.items()}
 
 
-def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, golden2):
-    artifact = load_checked(compile, abi)
+def run(case, plan, workdir, upstream: Upstream) -> Outputs:
+    abi, inputs, golden, inputs2, golden2 = upstream.abi, upstream.inputs, upstream.golden, upstream.inputs2, \
+        upstream.golden2
+    artifact = load_checked(upstream.compile, abi)
     if reason := artifact.unavailable() or ranks.unavailable(artifact, plan.ranks):
         return Outputs(meta=BenchMeta(skipped=reason))
     rule, table = BenchSettings(**plan.bench), abi.meta.table
     if artifact.timing_caveat():  # an emulated kernel's time is no figure: enough rounds for its rechecks
         rule = dataclasses.replace(rule, **EMULATED)
     what = f"the kernel of {plan.case} (in its benchmark)"
-    judged = not validate.skipped  # a case without a golden is timed, with nothing to judge against
+    judged = not upstream.validate.skipped  # a case without a golden is timed, with nothing to judge against
     second = second_set(inputs, inputs2, golden2) if judged else "not checked: the case has no golden"
     checked = second.startswith("checked")
     used = [(inputs, golden), (inputs2, golden2) if checked else (inputs, golden)]
@@ -431,7 +433,7 @@ def run(case, plan, workdir, abi, compile, inputs, golden, validate, inputs2, go
                     for r in sets[k].guards:
                         sets[k].receive(r, slots[r][k][j])
                     checks[f"the outputs of timed round {round_} ({label})"] = (sets[k].outputs(what), expected)
-        failures = isolate.call(judge_again, (validate.files[POLICY_FILE].read_bytes(), checks, plan.case,
+        failures = isolate.call(judge_again, (upstream.validate.files[POLICY_FILE].read_bytes(), checks, plan.case,
                                               abi.meta.placement, blank(golden, inputs)),
                                 2 * plan.timeout, f"the benchmark's recheck of {plan.case}")
         if failures:

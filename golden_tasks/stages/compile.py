@@ -1,12 +1,13 @@
 """Compile: the kernel form builds its artifact for the stamped specs (a multi-rank kernel: for
 what each rank receives, specs.rank_view)."""
 from ..model.errors import CompileError
-from ..model.outputs import CompileMeta
+from ..model.outputs import CompileMeta, Upstream
 from ..model.specs import rank_view
 from . import Outputs, StageFailed, stamped_specs
 
 
-def run(case, plan, workdir, abi):
+def run(case, plan, workdir, upstream: Upstream) -> Outputs:
+    abi = upstream.abi
     options = {**plan.options, "backend": plan.backend, "ranks": plan.ranks}
     try:
         artifact = case.kernel.compile([rank_view(s) for s in stamped_specs(case, abi)], options, workdir)

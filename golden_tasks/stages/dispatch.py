@@ -10,7 +10,7 @@ the reason, never passed.
 import torch
 
 from ..forms import ranks
-from ..model.outputs import DispatchMeta
+from ..model.outputs import DispatchMeta, Upstream
 from . import Outputs, load_checked
 
 
@@ -31,7 +31,8 @@ def returned_anew(value, args: list) -> str | None:
                      for t in new) or None
 
 
-def run(case, plan, workdir, abi, compile, inputs):
+def run(case, plan, workdir, upstream: Upstream) -> Outputs:
+    abi, compile, inputs = upstream.abi, upstream.compile, upstream.inputs
     artifact = load_checked(compile, abi)
     if reason := artifact.unavailable() or ranks.unavailable(artifact, plan.ranks):
         return Outputs(meta=DispatchMeta(skipped=reason))

@@ -7,7 +7,7 @@ kernel mismatch against the untouched buffer. golden_bench times it on the same
 inputs, for the report's speedup.
 """
 from ..model.origin import described
-from ..model.outputs import Meta
+from ..model.outputs import Meta, Upstream
 from ..planning import data
 from ..storage.tensors import same_bits
 from . import Outputs, StageFailed, make, stamped_specs
@@ -15,7 +15,8 @@ from . import Outputs, StageFailed, make, stamped_specs
 NO_GOLDEN = "no golden: validation skipped, not a correctness check"
 
 
-def run(case, plan, workdir, abi, inputs):
+def run(case, plan, workdir, upstream: Upstream) -> Outputs:
+    abi, inputs = upstream.abi, upstream.inputs
     if case.golden_from is not None:  # saved goldens take precedence over the function
         return Outputs(tensors={s.name: data.read(case.golden_from, "out", s.name).contiguous()
                                 for s in stamped_specs(case, abi) if s.kind == "tensor" and s.is_output})

@@ -1,12 +1,13 @@
 """Golden bench: time the golden on the inputs, as the benchmark times the kernel (plan.BenchSettings), for
 the report's speedup. InOut arguments are restored before every round, so each round does the same work.
 """
-from ..model.outputs import Meta, Stats
+from ..model.outputs import Meta, Stats, Upstream
 from . import BenchSettings, Outputs, cache_flush, measure
 from .golden import NO_GOLDEN, arguments
 
 
-def run(case, plan, workdir, abi, inputs):
+def run(case, plan, workdir, upstream: Upstream) -> Outputs:
+    abi, inputs = upstream.abi, upstream.inputs
     if case.golden_from is not None:
         return Outputs(meta=Meta(skipped="its golden comes from a data directory"))
     if case.golden is None:

@@ -3,12 +3,13 @@ under its own seed (stages.spec_seed), or read from the case's data directory; a
 init_value (an Out without one has no content: the kernel gets it filled with the canary)."""
 import torch
 
-from ..model.outputs import InputsMeta
+from ..model.outputs import InputsMeta, Upstream
 from ..planning import data
 from . import Outputs, make, stamped_specs
 
 
-def run(case, plan, workdir, abi):
+def run(case, plan, workdir, upstream: Upstream) -> Outputs:
+    abi = upstream.abi
     specs = stamped_specs(case, abi)
     if case.inputs_from is not None:  # checked against the specs when planned
         tensors = {s.name: data.read(case.inputs_from, "in", s.name).contiguous()

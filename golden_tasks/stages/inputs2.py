@@ -7,14 +7,15 @@ Cases whose inputs come from a data directory have no second set: skipped, with 
 """
 import dataclasses
 
-from ..model.outputs import InputsMeta
+from ..model.outputs import InputsMeta, Upstream
 from . import Outputs, stamped_specs
 from .inputs import generated
 
 UNSEEN_SETS = 3
 
 
-def run(case, plan, workdir, abi):
+def run(case, plan, workdir, upstream: Upstream) -> Outputs:
+    abi = upstream.abi
     if case.inputs_from is not None:
         return Outputs(meta=InputsMeta(skipped="its inputs come from a data directory, so there is no second set"))
     specs = stamped_specs(case, abi)

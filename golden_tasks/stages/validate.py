@@ -7,7 +7,7 @@ import dataclasses
 
 from ..model.compare import Allclose, Policy, allclose
 from ..model.origin import dumps_by_value
-from ..model.outputs import POLICY_FILE, ValidateMeta, Worst
+from ..model.outputs import POLICY_FILE, Upstream, ValidateMeta, Worst
 from ..model.specs import STACKED, unwritten
 from . import Outputs, StageFailed
 
@@ -120,10 +120,11 @@ def blank(golden, inputs) -> list:
     return [name for name in golden.tensors if name not in inputs.tensors]
 
 
-def run(case, plan, workdir, dispatch, golden, inputs):
-    for upstream in (golden, dispatch):  # no golden, or no device to dispatch on
-        if upstream.skipped:
-            return Outputs(meta=ValidateMeta(skipped=upstream.skipped))
+def run(case, plan, workdir, upstream: Upstream) -> Outputs:
+    dispatch, golden, inputs = upstream.dispatch, upstream.golden, upstream.inputs
+    for read in (golden, dispatch):  # no golden, or no device to dispatch on
+        if read.skipped:
+            return Outputs(meta=ValidateMeta(skipped=read.skipped))
     policy = case.policy()
     unknown = sorted(set(policy.compare) - set(golden.tensors))
     if unknown:

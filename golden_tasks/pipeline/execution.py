@@ -1,0 +1,185 @@
+"""Running a stage: under its key's lock, where it must run, its outputs stored and committed as its entry.
+
+execute(stage, plan, store)
+  -> the entry under the stage's current key (graph.Lookups), if cached
+  -> else, upstream first (recursively), then under store.computing(key):
+       producer(stage, plan, store, upstream entries, case) -> Produced | DamagedUpstream
+         produce_here: load the upstream outputs, call the stage's module (stage_table.Stage.module)
+         in an isolated or confined child where the stage says so (forms.isolate), store its outputs
+         (a cluster's producer does the same on a node: pipeline/cluster.py)
+       -> committed as the entry; a DamagedUpstream drops that entry and computes again, once.
+
+replay_stages runs the same stage modules on a runtime dir's saved outputs, storing nothing.
+"""
+import dataclasses
+import importlib
+import time
+from pathlib import Path
+
+from ..model.outputs import Outputs, Upstream
+from ..model.plan import Plan
+from ..project import config, reaper
+from ..storage.store import CorruptObject, Entry, Store
+from . import graph
+from .stage_table import BY_NAME, STAGES, InReplay, Stage
+from .stored import Produced, load_outputs, store_outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class DamagedUpstream:
+    """What a producer returns instead of Produced when an upstream object failed its re-hash: the entry, the
+    object's name and the problem (store.CorruptObject's), so that the caller drops the entry and recomputes."""
+    entry: Entry
+    name: str
+    problem: str
+
+    def error(self) -> CorruptObject:
+        return CorruptObject(self.entry, self.name, self.problem)
+
+
+def execute(stage: Stage, plan: Plan, store: Store, case=None, producer=None) -> tuple[Entry, bool]:
+    """Run the stage unless its key is cached; return (entry, ran).
+
+    Upstream stages that are not cached (never run, or dropped as corrupt) are
+    run first. `case` is the live case when the caller has it; otherwise it is
+    imported (and checked against the plan) only for stages that need it. An
+    upstream object found corrupt while loading is dropped and recomputed once.
+    `producer` runs a stage and stores what it made (default: produce_here; an
+    executor's runs it elsewhere); the entry is committed here either way.
+    """
+    producer = producer or produce_here
+    for attempt in range(2):
+        key, upstream = graph.Lookups(plan, store).resolve(stage)
+        if key is None:
+            for name in stage.reads:
+                execute(BY_NAME[name], plan, store, case, producer)
+            key, upstream = graph.Lookups(plan, store).resolve(stage)
+        hit = None if graph.remeasured(stage, plan) else store.get(stage.name, key)
+        if hit is not None:
+            return hit, False
+        with store.computing(stage.name, key):
+            hit = None if graph.remeasured(stage, plan) else store.get(stage.name, key)  # computed by a lock holder
+            if hit is not None:
+                return hit, False
+            made = producer(stage, plan, store, upstream, case)
+            if isinstance(made, Produced):
+                return _commit(stage, plan, store, key, upstream, made), True
+            if attempt:
+                raise made.error()
+            store.drop(made.error())  # then recompute it, outside this key's lock
+    raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+def produce_here(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> Produced | DamagedUpstream:
+    """Run the stage here on its upstream entries' outputs and store the objects it made. A stage that runs
+    user code runs in an isolated child (golden_tasks.forms.isolate): a crash, an exit or a hang there fails
+    this stage of this case only. The live case crosses by value; without one the child imports it (and
+    checks it against the plan)."""
+    if stage.confined:
+        return _confined(stage, plan, store, upstream, case)
+    return _where_it_runs(stage, plan, run_stage, (stage.name, plan, store, upstream, case))
+
+
+def _commit(stage: Stage, plan: Plan, store: Store, key: str, upstream: dict, made: Produced) -> Entry:
+    """Commit what a producer made as the stage's entry under `key`."""
+    return store.commit(stage.name, key, plan.case, made.objects, made.meta, made.stats,
+                        {**graph.recipe(stage, plan, upstream), "parts": graph.parts_detail(stage, plan)})
+
+
+def _where_it_runs(stage: Stage, plan: Plan, target, args: tuple):
+    """target(*args), in an isolated child for a stage that runs there (the live case, last in `args`,
+    crossing by value), else here."""
+    if not stage.isolated:
+        return target(*args)
+    from ..forms import isolate  # noqa: PLC0415 -- imports torch: only where stages run
+
+    *rest, case = args
+    return isolate.call(target, (*rest, case and by_value(case, plan)), stage.budget(plan),
+                        f"the {stage.name} stage of {plan.case}")
+
+
+def _copied(outputs: Outputs) -> Outputs:
+    """The outputs with copies of their tensors: a tensor mapped from a stored file cannot cross into a child."""
+    return dataclasses.replace(outputs, tensors={k: t.clone() for k, t in outputs.tensors.items()})
+
+
+def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> Produced | DamagedUpstream:
+    """As run_stage, for a stage that runs the kernel's own code: its upstream outputs are loaded here, the
+    stage runs in a child confined to reading them and the user's sources and writing its work directory
+    (isolate.confinement), and what it made is hashed and stored here."""
+    from ..forms import isolate  # noqa: PLC0415 -- imports torch: only where stages run
+
+    try:
+        inputs = {n: _copied(load_outputs(store, e)) for n, e in upstream.items()}
+    except CorruptObject as corruption:
+        return DamagedUpstream(corruption.entry, corruption.name, corruption.problem)
+    work = reaper.make_temp(f"golden-{stage.name}-")
+    try:
+        given = [p for o in inputs.values() for p in o.files.values()]
+        start = time.perf_counter()
+        out = isolate.call(call_stage, (stage.name, plan, inputs, Path(work), case and by_value(case, plan)),
+                           stage.budget(plan), f"the {stage.name} stage of {plan.case}",
+                           isolate.confinement(given, writable=work))
+        return store_outputs(store, out, time.perf_counter() - start)
+    finally:
+        reaper.remove_temp(work)
+
+
+def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case) -> Produced | DamagedUpstream:
+    """Load the upstream outputs, run stage `name`'s module, store its objects; DamagedUpstream when an
+    upstream object is damaged. `case`: the live case, its pickled bytes, or None to import it."""
+    try:
+        inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
+    except CorruptObject as corruption:
+        return DamagedUpstream(corruption.entry, corruption.name, corruption.problem)
+    work = reaper.make_temp(f"golden-{name}-")
+    try:
+        start = time.perf_counter()
+        out = call_stage(name, plan, inputs, Path(work), case)
+        return store_outputs(store, out, time.perf_counter() - start)
+    finally:
+        reaper.remove_temp(work)
+
+
+def call_stage(name: str, plan: Plan, inputs: dict, workdir: Path, case) -> Outputs:
+    """Stage `name`'s module on its upstream Outputs (by stage name), seeing only its view of the plan.
+    `case`: the live case, its pickled bytes, or None to import it (and check it against the plan)."""
+    stage = BY_NAME[name]
+    if stage.torch:
+        config.apply_threads()
+    if isinstance(case, bytes):
+        import cloudpickle  # noqa: PLC0415
+
+        case = cloudpickle.loads(case)
+    elif case is None and stage.isolated:  # a stage that runs here (dispatch, bench) calls only the artifact
+        from ..planning.case import live_case  # noqa: PLC0415 -- imports torch
+
+        case = live_case(plan)
+    return importlib.import_module(stage.module).run(case, graph.view(stage, plan), workdir, Upstream(**inputs))
+
+
+def by_value(case, plan: Plan) -> bytes:
+    """The live case pickled with its user code, to cross into the isolated child (or to a cluster's node,
+    whose stages get it so: bytes already)."""
+    from ..model.errors import SpecError  # noqa: PLC0415
+    from ..model.origin import dumps_by_value  # noqa: PLC0415
+
+    if isinstance(case, bytes):
+        return case
+    try:
+        return dumps_by_value(case)
+    except Exception as exc:  # noqa: BLE001 -- an object that no pickler can carry: a lock, an open file
+        raise SpecError(f"case {plan.case!r}: its kernel, golden and comparators run in an isolated process, "
+                        f"so they must pickle, and they do not: {type(exc).__name__}: {exc}") from None
+
+
+def replay_stages(plan: Plan, saved: dict, case, workdir: Path) -> dict:
+    """Every stage a replay runs (InReplay.RUN), in graph order on the outputs of those before it, starting from
+    `saved` (stage name -> Outputs: the InReplay.SAVED ones), isolated as in a verify, storing nothing: how a
+    runtime dir is replayed. `case` provides what those stages read of the case (for validate: its policy)."""
+    outputs = dict(saved)
+    for stage in STAGES:
+        if stage.replay is InReplay.RUN:
+            inputs = {n: _copied(outputs[n]) if stage.isolated else outputs[n] for n in stage.reads}
+            outputs[stage.name] = _where_it_runs(stage, plan, call_stage, (stage.name, plan, inputs, workdir, case))
+    return outputs
