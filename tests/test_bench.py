@@ -60,6 +60,7 @@ def verify(kernel, golden=golden_double, **options):
     return golden_tasks.run(fn=kernel, specs=SPECS, golden=golden, rtol=1e-6, atol=1e-6, **options)
 
 
+@pytest.mark.e2e
 def test_a_kernel_right_only_on_its_first_call_fails_its_benchmark():
     result = verify(right_once, rounds=3, warmup=1)
     assert result.stages["validate"] == "ran" and result.stages["bench"] == "FAILED"
@@ -68,6 +69,7 @@ def test_a_kernel_right_only_on_its_first_call_fails_its_benchmark():
     assert "elements not written" in result.error  # it left the canary its output starts each round with
 
 
+@pytest.mark.e2e
 def test_a_kernel_returning_a_cached_result_fails_on_the_second_input_set():
     result = verify(cached_result, rounds=3, warmup=1)
     assert result.stages["validate"] == "ran" and result.stages["bench"] == "FAILED"
@@ -75,6 +77,7 @@ def test_a_kernel_returning_a_cached_result_fails_on_the_second_input_set():
     assert "the outputs of its last timed round on the second input set (seed + 1):" in result.error
 
 
+@pytest.mark.e2e
 def test_an_honest_kernel_passes_the_recheck_and_says_so():
     result = verify(double, rounds=3)
     assert result.passed and result.report.warnings == []
@@ -90,6 +93,7 @@ def golden_increment(t):
     t["acc"].add_(t["x"])
 
 
+@pytest.mark.e2e
 def test_an_inout_kernel_timed_again_by_a_new_pool_starts_from_its_inputs(monkeypatch):
     """A pool whose timing is in doubt is replaced by a new one (a busy machine): the new pool's buffers
     are placed from the inputs again, not left as the last pool's calls made them (an honest kernel that
@@ -111,6 +115,7 @@ def test_an_inout_kernel_timed_again_by_a_new_pool_starts_from_its_inputs(monkey
     assert len(pools) == 2 and result.passed, result.error
 
 
+@pytest.mark.e2e
 def test_adaptive_rounds_stop_on_each_criterion_with_real_timing():
     """A 2 ms kernel: its noise is far below 50% after 10 rounds, never reaches 1e-9, and 0.3 s of
     budget holds about 150 rounds."""
@@ -124,6 +129,7 @@ def test_adaptive_rounds_stop_on_each_criterion_with_real_timing():
     assert capped["stopped"] == "rounds" and capped["rounds"] == 12
 
 
+@pytest.mark.e2e
 def test_speedup_comes_with_its_uncertainty():
     result = verify(double, rse=0.2, warmup=1)
     row = result.report
@@ -141,6 +147,7 @@ def zeros(x: In, out: Out):
     out.zero_()
 
 
+@pytest.mark.e2e
 def test_a_vacuous_comparison_is_flagged_not_failed():
     result = verify(zeros, golden=golden_zeros, rounds=2)
     assert result.passed
@@ -152,6 +159,7 @@ def counting():
     return torch.arange(64)
 
 
+@pytest.mark.e2e
 def test_cases_whose_inputs_ignore_the_seed_are_warned_about():
     fixed = [TensorSpec("x", (64,), torch.float32, counting), TensorSpec("out", (64,), torch.float32)]
     result = golden_tasks.run(fn=cached_result, specs=fixed, golden=golden_double, rounds=2, name="fixed")
@@ -178,6 +186,7 @@ def test_timings_are_not_reused_across_machines_and_fresh_measures_again(monkeyp
     assert not any(graph.remeasured(s, plan) for s in STAGES)
 
 
+@pytest.mark.e2e
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 1, reason="GPU timing needs a CUDA device; this machine has none")
 def test_a_cuda_kernel_is_timed_with_events_and_a_cold_l2_on_its_gpu(tmp_path):

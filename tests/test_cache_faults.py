@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from project import Project, ran, stage_results
 
+pytestmark = pytest.mark.e2e
 EAGER = "backend=eager"
 MODULES = ("hello_world", "rms_norm", "softmax")
 

@@ -21,7 +21,7 @@ from golden_tasks.project.toolchain import node_class
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="the ray extra is not installed")
 
-pytestmark = pytest.mark.xdist_group("ray")
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("ray")]
 
 # the nodes that run stages: two CPUs each (a two-rank case's placement group fits one), of this machine's
 # class; one also has a custom resource

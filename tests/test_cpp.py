@@ -259,6 +259,7 @@ def test_dependency_rules_are_parsed_as_make_reads_them():
     assert prerequisites(rule) == ["a.cpp", "x y.h", "h#a$b.h", "two\\ slashes.h", "ends\\", "next.h", "c\\d.h"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("broken", ["compiler", "header"])
 def test_unknown_headers_make_a_volatile_fingerprint_and_a_compile_error(project, tmp_path, monkeypatch, broken):
     if broken == "compiler":
@@ -299,6 +300,7 @@ def golden_axpy(t):
     t["y"].add_(t["alpha"] * t["x"])
 
 
+@pytest.mark.e2e
 def test_run_end_to_end_and_per_case_flags(project):
     kernel = project().axpy
     result = golden_tasks.run(fn=kernel, specs=axpy_specs, golden=golden_axpy, rtol=1e-6, atol=1e-6, rounds=3)
@@ -310,6 +312,7 @@ def test_run_end_to_end_and_per_case_flags(project):
     assert "-fno-such-flag" in bad.error and "Traceback" not in bad.error
 
 
+@pytest.mark.e2e
 def test_a_wrong_kernel_fails_validation(project):
     kernel = project(source=AXPY.replace("i < n", "i < n - 1")).axpy
     result = golden_tasks.run(fn=kernel, specs=axpy_specs, golden=golden_axpy, rtol=1e-6, atol=1e-6, rounds=3)

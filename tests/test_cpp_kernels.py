@@ -93,6 +93,7 @@ def test_rms_norm_cuda(tmp_path):
     torch.testing.assert_close(actual, expected, rtol=(cols / 2 + 6) * U, atol=0)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine runs the CUDA case (the GPU check verifies it)")
 def test_the_cpp_cases_verify_with_doit_and_cuda_is_skipped_not_passed(tmp_path):
     proj = Project(tmp_path / "p", ("cpp_kernels", "rms_norm", "softmax", "gemm"))

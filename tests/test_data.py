@@ -73,6 +73,7 @@ def test_digests_enter_the_plan(tmp_path):
     assert len(files) == 5
 
 
+@pytest.mark.e2e
 def test_run_with_captured_inputs_and_goldens(tmp_path):
     x, y = capture(tmp_path / "captured")
 
@@ -89,6 +90,7 @@ def test_run_with_captured_inputs_and_goldens(tmp_path):
     assert failed.stages["golden"] == "ran" and failed.stages["inputs"] == "cached"
 
 
+@pytest.mark.e2e
 def test_a_runtime_dir_feeds_another_run(tmp_path):
     """Data saved by one run (its runtime dir) is a data directory for the next."""
     first = golden_tasks.run(fn=axpy, specs=specs, golden=golden_axpy, rounds=2, runs_dir=tmp_path / "runs")
@@ -115,6 +117,7 @@ MODULE = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.e2e
 def test_doit_rereads_exactly_what_a_changed_data_file_feeds(tmp_path):
     proj = Project(tmp_path / "p", ("rms_norm",))
     (proj.path / "kernels" / "rms_norm_captured.py").write_text(MODULE)

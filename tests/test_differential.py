@@ -3,8 +3,10 @@
 import os
 import random
 
+import pytest
 from differential import CASES, Differential, random_edits
 
+pytestmark = pytest.mark.e2e
 EDITS = int(os.environ.get("GT_DIFF_EDITS", "4"))
 
 

@@ -78,6 +78,7 @@ def test_doc_is_well_formed(doc):
     assert not found, "\n".join(found)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("doc", DOCS, ids=_ids)
 def test_doc_runs(doc, tmp_path, built_dist, docs_cache):
     project, env = scratch(tmp_path, built_dist, docs_cache, project_is_empty(doc))

@@ -7,6 +7,7 @@ from project import ROOT, Project, recipe_differences, stage_results
 
 import golden_tasks
 
+pytestmark = pytest.mark.e2e
 MODULES = ("decode_attention", "sparse_attention", "compressor", "indexer")
 CASES = {"decode_swa", "decode_hca", "decode_csa", "decode_hca_tp", "sparse_attn", "sparse_attn_prefill",
          "compressor_ratio4", "compressor_ratio128", "indexer"}

@@ -92,6 +92,7 @@ def test_case_docs_name_the_mutants_that_exist():
             assert name in MUTANTS, f"{page.name}: pytest -k {name} selects no mutant"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_mutant_fails_verification(project, mutant):
     module, line, bug, cases = MUTANTS[mutant]

@@ -13,6 +13,7 @@ import sys
 import pytest
 from project import Project, ran, stage_results
 
+pytestmark = pytest.mark.e2e
 LIBRARY = ("hello_world", "rms_norm", "layer_norm", "softmax", "rope", "gemm")
 TIMED = {"bench", "golden_bench"}
 HEAVY = {"compile", "inputs", "golden", "dispatch", "validate", "inputs2", "golden2", "bench", "golden_bench"}

@@ -25,6 +25,7 @@ def wheels(tmp_path_factory) -> tuple:
     return folder, done
 
 
+@pytest.mark.e2e
 def test_the_wheels_are_what_a_gpu_machine_lacks_for_its_python_and_travel_with_the_tree(wheels):
     folder, done = wheels
     assert done.returncode == 0, done.stdout + done.stderr
@@ -38,6 +39,7 @@ def test_the_wheels_are_what_a_gpu_machine_lacks_for_its_python_and_travel_with_
     assert carried and float(carried[1]) < 64, done.stdout
 
 
+@pytest.mark.e2e
 def test_without_a_gpu_the_check_is_a_dry_run_that_lists_what_it_would_check(wheels, tmp_path):
     folder, _ = wheels
     out = tmp_path / "out"

@@ -14,6 +14,7 @@ import pytest
 from project import Project
 from test_cache_faults import flip_byte, fsck, object_of
 
+pytestmark = pytest.mark.e2e
 HOSTILE = '''
 import ctypes
 import os

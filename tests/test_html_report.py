@@ -104,6 +104,7 @@ def html_report(proj, *args):
                           cwd=proj.path, env=proj.env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.e2e
 def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_path, monkeypatch):
     browser = chromium_path()  # first: without one the test fails at once
     proj = Project(tmp_path / "p", (), html=True)
@@ -197,6 +198,7 @@ RECORD = {
 }
 
 
+@pytest.mark.e2e
 def test_a_record_without_entries_says_why_it_has_no_figures(tmp_path):
     proj = Project(tmp_path / "p", ())
     (proj.path / "runs").mkdir()
@@ -219,6 +221,7 @@ def test_a_record_without_entries_says_why_it_has_no_figures(tmp_path):
     assert "<th>golden</th><td>median 20 us</td>" in text  # no golden_timing: its bare median
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("content, message", [
     (None, "no run record at {path}: run `doit verify` first"),
     ("{", "{path}: not JSON: Expecting property name"),

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import torch
 from project import Project
 
@@ -153,6 +154,7 @@ def test_guard_regions_report_the_clobbered_side_how_much_and_where():
                                          "element (element 1 past it, of float32)")
 
 
+@pytest.mark.e2e
 def test_misbehaving_kernels_fail_and_the_rest_of_the_run_passes(tmp_path):
     proj = Project(tmp_path / "p", ("rms_norm",))
     (proj.path / "kernels" / "misbehaving.py").write_text(MISBEHAVING)
@@ -172,6 +174,7 @@ def test_misbehaving_kernels_fail_and_the_rest_of_the_run_passes(tmp_path):
     assert "Traceback" not in errors["dispatch:segfault"] + errors["dispatch:cpp_segfault"]
 
 
+@pytest.mark.e2e
 def test_timeout_is_a_doit_variable(tmp_path):
     proj = Project(tmp_path / "p", ())
     (proj.path / "kernels" / "misbehaving.py").write_text(MISBEHAVING)
@@ -203,6 +206,7 @@ class _OfflineKernel(KernelForm):
                           "dtype": "float32"} for s in specs], {})
 
 
+@pytest.mark.e2e
 def test_an_artifact_without_its_device_is_skipped_with_the_reason_never_passed(tmp_path):
     specs = [TensorSpec("x", (4,), torch.float32), TensorSpec("out", (4,), torch.float32)]
     result = golden_tasks.run(_OfflineKernel(), specs, lambda t: t["out"].copy_(t["x"]), runs_dir=tmp_path)
@@ -217,6 +221,7 @@ def _double(x: In, out: Out):
     out.copy_(x * 2)
 
 
+@pytest.mark.e2e
 def test_isolated_dispatch_returns_the_outputs(tmp_path):
     specs = [TensorSpec("x", (1000,), torch.float32, init_value=torch.randn), TensorSpec("out", (1000,), torch.float32)]
     result = golden_tasks.run(_double, specs, lambda t: t["out"].copy_(t["x"] * 2), runs_dir=tmp_path, rounds=3)
@@ -224,6 +229,7 @@ def test_isolated_dispatch_returns_the_outputs(tmp_path):
     assert result.bench["rounds"] == 3
 
 
+@pytest.mark.e2e
 def test_an_unguarded_script_calling_run_is_not_reimported_by_the_children(tmp_path):
     script = tmp_path / "verify_double.py"
     script.write_text(
@@ -252,6 +258,7 @@ def test_a_changed_environment_reaches_what_torch_read_at_import(monkeypatch):
         assert isolate.call(inductor_cxx, (), 60, "reading CXX") == compiler
 
 
+@pytest.mark.e2e
 def test_run_from_a_script_shows_the_users_warnings_not_torchs(tmp_path):
     """torch's export pickles a deprecated treespec (a FutureWarning in the caller's process, once the
     artifact is loaded): hidden, while the golden's own warning shows."""
@@ -291,6 +298,7 @@ def _parent_and_sigint() -> tuple:
     return os.getppid(), _ignores_sigint(os.getpid())
 
 
+@pytest.mark.e2e
 def test_an_isolated_call_runs_under_a_deep_temporary_folder(tmp_path):
     """The forkserver's unix socket would lie below $TMPDIR, whose path can be too long for one (107 bytes):
     a call still runs, and leaves nothing of ours behind."""

@@ -66,7 +66,7 @@ def test_the_backends_a_run_may_name_are_the_artifacts_jit_builds():
     assert {name for name, cls in Artifact.registry.items() if hasattr(cls, "build")} == set(BACKENDS)
 
 
-@pytest.mark.parametrize("backend", ["eager", "aoti"])
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aoti", marks=pytest.mark.e2e)])
 def test_backends_compile_embed_the_table_and_run(tmp_path, backend):
     artifact = axpy.compile(stamped(axpy, SPECS), {"backend": backend}, tmp_path)
     assert artifact.backend == backend
@@ -103,6 +103,7 @@ def test_eager_artifact_carries_the_code_it_was_built_from(tmp_path, monkeypatch
     assert out.tolist() == [2.0, 2.0, 2.0]
 
 
+@pytest.mark.e2e
 def test_a_package_stored_by_digest_loads_and_leaves_no_link_behind(tmp_path, monkeypatch):
     """Store objects have no `.pt2` suffix; the loader needs one. The link exists only while loading."""
     artifact = axpy.compile(stamped(axpy, SPECS), {"backend": "aoti"}, tmp_path)
@@ -134,7 +135,7 @@ def k(x: In, out: Out):
 '''
 
 
-@pytest.mark.parametrize("backend", ["eager", "aoti"])
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aoti", marks=pytest.mark.e2e)])
 def test_a_kernel_that_memoises_on_its_first_call_compiles_and_runs(tmp_path, monkeypatch, backend):
     """The write check runs the body on fake tensors: on a copy of the kernel, so no fake tensor stays in
     the memo the artifact carries (eager pickled it and failed: "cannot pickle 'weakref.ReferenceType'")."""

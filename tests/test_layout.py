@@ -69,6 +69,7 @@ def doit(root: Path, *args, env=None):
                           timeout=600)
 
 
+@pytest.mark.e2e
 def test_a_project_configured_only_in_pyproject_verifies_with_doit_and_no_dodo_file(tmp_path):
     root = write(tmp_path / "mine", 'kernels = ["src/mykernels"]\ncache = ".gt-cache"\nruns = "build/runs"\n'
                                     'backend = "eager"\n\n[tool.doit]\nloader = "golden-tasks"\n')
@@ -86,6 +87,7 @@ def test_a_project_configured_only_in_pyproject_verifies_with_doit_and_no_dodo_f
     assert again.returncode == 0 and "twice" in again.stdout and "ran" not in again.stdout
 
 
+@pytest.mark.e2e
 def test_a_malformed_table_stops_doit_with_one_line(tmp_path):
     root = write(tmp_path / "mine", 'kernels = ["src/missing"]\n')
     (root / "dodo.py").write_text((ROOT / "dodo.py").read_text())
@@ -94,6 +96,7 @@ def test_a_malformed_table_stops_doit_with_one_line(tmp_path):
     assert "kernels folder 'src/missing' does not exist" in proc.stdout + proc.stderr
 
 
+@pytest.mark.e2e
 def test_init_writes_a_project_that_verifies_and_then_refuses_to_overwrite_it(tmp_path):
     root = tmp_path / "mine"
     root.mkdir()
@@ -139,6 +142,7 @@ def test_init_will_not_contradict_a_table_that_names_other_folders(tmp_path):
                                          root / "lib/k/untrusted/__init__.py", root / "lib/k/untrusted/scale_add.py"}
 
 
+@pytest.mark.e2e
 def test_init_after_the_table_makes_the_folders_it_names(tmp_path):
     """A user who writes the table first, then runs init, gets the folders the table names."""
     root = write(tmp_path / "mine", 'kernels = ["src/mykernels", "src/more"]\n')

@@ -10,10 +10,12 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
 import torch
 from project import copy_checkout, fresh_venv
 from test_pytest_plugin import CASES, PYPROJECT
 
+pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -8,6 +8,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e
 PYPROJECT = '[project]\nname = "mine"\n\n[tool.golden-tasks]\nkernels = ["src/mykernels"]\nbackend = "eager"\n'
 
 CASES = textwrap.dedent('''

@@ -100,6 +100,7 @@ def verify(case, cache, **options):
                             runs_dir=cache / "runs", **options)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("name", [*collectives.SPECS, "decode_hca_tp"])
 def test_library_kernels_pass_at_two_and_four_ranks(name, world, cache):
@@ -135,6 +136,7 @@ def counted(x: In, weight: In, out: Out):
 '''
 
 
+@pytest.mark.e2e
 def test_resident_tensors_are_placed_once_for_every_benchmark_round(tmp_path, monkeypatch):
     (tmp_path / "counted.py").write_text(COUNTED)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -174,6 +176,7 @@ def doubled(x: In, out: Out):
 '''
 
 
+@pytest.mark.e2e
 def test_a_wrong_slice_of_a_stacked_output_names_its_rank(tmp_path, monkeypatch):
     (tmp_path / "wrong_slice.py").write_text(WRONG_SLICE)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -271,6 +274,7 @@ def ranked(tmp_path_factory):
     assert_nothing_left(proj.mark)
 
 
+@pytest.mark.e2e
 def test_a_faulty_rank_fails_its_case_by_rank_and_leaves_no_process(ranked):
     rows = {r["case"]: r for r in json.loads((ranked.path / "runs" / "report.json").read_text())["cases"]}
     assert ranked.run.returncode != 0
@@ -281,6 +285,7 @@ def test_a_faulty_rank_fails_its_case_by_rank_and_leaves_no_process(ranked):
     assert_nothing_left(ranked.mark)
 
 
+@pytest.mark.e2e
 def test_multi_rank_cases_verify_side_by_side_under_doit_n_2(ranked):
     rows = {r["case"]: r for r in json.loads((ranked.path / "runs" / "report.json").read_text())["cases"]}
     assert rows["good"]["status"] == rows["good_too"]["status"] == "PASS"
@@ -290,11 +295,13 @@ def test_multi_rank_cases_verify_side_by_side_under_doit_n_2(ranked):
     assert "hostname of the client socket" not in ranked.run.stdout + ranked.run.stderr
 
 
+@pytest.mark.e2e
 def test_a_multi_rank_runtime_dir_replays(ranked):
     proc = ranked.console("replay:good")
     assert proc.returncode == 0 and "PASS" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.e2e
 def test_ranks_variable_runs_every_multi_rank_case_at_that_world_size(ranked):
     proc = ranked.console("verify:good", "ranks=4")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -325,6 +332,7 @@ def torchrun(project, case: str) -> tuple[list, str]:
     return [g.returncode for g in groups], said[0]
 
 
+@pytest.mark.e2e
 def test_a_case_runs_across_groups_of_processes_started_by_torchrun(ranked):
     codes, said = torchrun(ranked, "good")
     assert codes == [0, 0] and "good: PASS" in said, said
@@ -346,6 +354,7 @@ def test_a_case_runs_across_groups_of_processes_started_by_torchrun(ranked):
         in proc.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a CUDA device per rank; this machine has "
                     f"{torch.cuda.device_count()}")

@@ -41,6 +41,7 @@ def verify(fn=scaled_sum, gold=golden, **kw):
     return golden_tasks.run(fn=fn, specs=specs, golden=gold, rtol=1e-5, atol=1e-5, rounds=3, **kw)
 
 
+@pytest.mark.e2e
 def test_pass_then_everything_cached():
     first = verify()
     assert first.passed and first.error is None, first.error
@@ -52,6 +53,7 @@ def test_pass_then_everything_cached():
     assert second.passed and set(second.stages.values()) == {"cached"}
 
 
+@pytest.mark.e2e
 def test_broken_kernel_fails_with_the_mismatch():
     result = verify(scaled_sum_broken)
     assert not result.passed
@@ -59,11 +61,13 @@ def test_broken_kernel_fails_with_the_mismatch():
     assert "output 'out': " in result.error and "mismatched" in result.error
 
 
+@pytest.mark.e2e
 def test_broken_kernel_fails_even_after_a_correct_one_was_cached():
     assert verify().passed
     assert not verify(scaled_sum_broken, name="scaled_sum").passed
 
 
+@pytest.mark.e2e
 def test_early_cutoff_golden_with_same_outputs_does_not_revalidate():
     verify()
     refactored = verify(gold=golden_refactored)
@@ -76,12 +80,14 @@ def test_early_cutoff_golden_with_same_outputs_does_not_revalidate():
     assert other.stages["bench"] == "ran"  # its recheck judges the kernel against the new golden
 
 
+@pytest.mark.e2e
 def test_seed_changes_inputs_only_downstream():
     verify()
     reseeded = verify(seed=1)
     assert reseeded.stages["inputs"] == "ran" and reseeded.stages["compile"] == "cached"
 
 
+@pytest.mark.e2e
 def test_inputs_are_bitwise_reproducible(tmp_path):
     digests = []
     for root in ("a", "b"):
@@ -108,6 +114,7 @@ def test_duplicate_spec_names():
     assert not result.passed and "duplicate spec names x" in result.error
 
 
+@pytest.mark.e2e
 def test_golden_that_raises_stops_before_the_kernel():
     def bad_golden(t):
         raise ValueError("reference blew up")
@@ -117,6 +124,7 @@ def test_golden_that_raises_stops_before_the_kernel():
     assert result.stages["validate"] == "-"
 
 
+@pytest.mark.e2e
 def test_no_golden_is_not_a_pass():
     result = verify(gold=None)
     assert not result.passed and result.report.status == "SKIPPED"
@@ -132,6 +140,7 @@ def test_run_takes_exactly_the_options_of_a_case():
         golden_tasks.run(fn=scaled_sum, specs=specs, golden=golden, rtl=1e-3)
 
 
+@pytest.mark.e2e
 def test_aoti_backend_passes():
     result = golden_tasks.run(fn=scaled_sum, specs=specs, golden=golden, rtol=1e-5, atol=1e-5,
                               backend="aoti", rounds=3)

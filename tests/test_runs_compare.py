@@ -71,6 +71,7 @@ BASELINE = record(row("rms_norm"), row("softmax"), row("gelu"), row("old_case"),
                   row("fp8_gemm", "SKIPPED", skipped="needs a GPU"))
 
 
+@pytest.mark.e2e
 def test_same_runs_exit_0(tmp_path):
     proc = run(tmp_path, BASELINE, BASELINE)
     assert proc.returncode == 0, proc.stderr
@@ -81,6 +82,7 @@ def test_same_runs_exit_0(tmp_path):
     assert lines[-1] == "no regression (--fail-on any)"
 
 
+@pytest.mark.e2e
 def test_a_timing_reused_from_the_cache_is_the_same_measurement(tmp_path):
     """B's bench entry has A's key: nothing was re-timed, so the case is SAME whatever the noise."""
     cached = row("rms_norm", kernel=timing(20.0, 0.05), keys={"bench": "9f1c"})
@@ -95,6 +97,7 @@ def test_a_timing_reused_from_the_cache_is_the_same_measurement(tmp_path):
     assert "rms_norm  20.00 ±5.0%  20.00 ±5.0%  1.000 ±0.082  UNCERTAIN" in proc.stdout.splitlines()
 
 
+@pytest.mark.e2e
 def test_regressions_are_listed_and_exit_1(tmp_path):
     candidate = record(row("rms_norm", kernel=timing(25.0, 0.01)), row("gelu", kernel=timing(15.0, 0.01)),
                        row("softmax", "FAIL", reason="output 'out': 2/20 elements mismatched"),
@@ -128,6 +131,7 @@ def test_regressions_are_listed_and_exit_1(tmp_path):
     assert drifting.returncode == 0 and "1.250 ±0.178  UNCERTAIN" in drifting.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("a", "b", "message"), [
     (BASELINE, None, "B.json: cannot read it: No such file or directory"),
     (BASELINE, "{not json", "B.json: not JSON: Expecting property name enclosed in double quotes"),

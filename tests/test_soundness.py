@@ -32,6 +32,7 @@ def copy_specs(init=torch.randn):
     return [TensorSpec("x", (4, 8), torch.float32, init), TensorSpec("out", (4, 8), torch.float32)]
 
 
+@pytest.mark.e2e
 def test_what_cannot_be_fingerprinted_recomputes_on_every_run_and_passes():
     runs = [golden_tasks.run(fn=copy, specs=copy_specs, golden=golden_guarded, rounds=1) for _ in range(2)]
     for result in runs:
@@ -39,6 +40,7 @@ def test_what_cannot_be_fingerprinted_recomputes_on_every_run_and_passes():
         assert result.stages["golden"] == result.stages["validate"] == "ran"
 
 
+@pytest.mark.e2e
 def test_a_declared_file_read_at_call_time_enters_the_keys(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "scale.txt").write_text("1.0")
@@ -57,6 +59,7 @@ def test_a_declared_file_read_at_call_time_enters_the_keys(tmp_path, monkeypatch
     assert set(verify().stages.values()) == {"cached"}
 
 
+@pytest.mark.e2e
 def test_a_declared_variable_read_at_call_time_enters_the_keys(monkeypatch):
     monkeypatch.setenv("GT_SOUNDNESS_SCALE", "1")
 
@@ -79,6 +82,7 @@ def test_a_missing_declared_file_names_the_case_and_the_file(tmp_path, monkeypat
     assert "case 'needs_table': file_deps names 'table.bin', which is not a file" in result.error
 
 
+@pytest.mark.e2e
 def test_a_golden_that_never_writes_an_out_says_so():
     def golden_forgets(t):
         t["x"].mul(2)  # computes, but never writes t["out"]
@@ -87,6 +91,7 @@ def test_a_golden_that_never_writes_an_out_says_so():
     assert "golden of forgetful never wrote its output 'out'" in result.error
 
 
+@pytest.mark.e2e
 def test_a_golden_that_replaces_its_buffer_or_writes_the_initial_value_is_not_flagged():
     def golden_rebinds(t):
         t["out"] = t["x"].clone()
@@ -101,6 +106,7 @@ def test_a_golden_that_replaces_its_buffer_or_writes_the_initial_value_is_not_fl
     assert golden_tasks.run(fn=zero, specs=copy_specs, golden=golden_zero, rounds=1).passed
 
 
+@pytest.mark.e2e
 def test_a_nan_input_is_named_when_outputs_mismatch():
     def with_nan():
         x = torch.randn(4, 8)
@@ -146,6 +152,7 @@ def golden_accumulate_half(t):
         t["out"].copy_(t["out"] + t["x"][i])
 
 
+@pytest.mark.e2e
 def test_the_default_backend_computes_in_the_precision_the_kernel_is_written_in():
     """Inductor would keep the running sum in float32; a verifier must see the float16 rounding."""
     specs = [TensorSpec("x", (64, 256), torch.float16, torch.rand), TensorSpec("out", (256,), torch.float16)]

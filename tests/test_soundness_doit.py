@@ -8,6 +8,7 @@ import pytest
 from project import Project, stage_results
 from test_cache_faults import flip_byte, fsck, object_of
 
+pytestmark = pytest.mark.e2e
 # One kernel at several seeds: every case shares one compile key. The body notes each process that
 # traces it (compiling runs it), so the test can tell how many processes compiled.
 SEEDS = '''

@@ -173,6 +173,7 @@ def _run(proj: Project, *cases) -> tuple:
     return code, results, _rows(json.loads((proj.path / "runs" / "report.json").read_text())), err
 
 
+@pytest.mark.e2e
 def test_the_library_triton_cases_pass_under_the_interpreter_and_bfloat16_ones_are_skipped(project):
     code, _, rows, err = _run(project, *FAITHFUL, *BF16)
     assert code == 0, err
@@ -187,6 +188,7 @@ def test_the_library_triton_cases_pass_under_the_interpreter_and_bfloat16_ones_a
         assert rows[case]["stages"]["dispatch"] == "skipped"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_a_mutant_of_a_triton_kernel_fails_validation(project, mutant):
     module, edits, case = MUTANTS[mutant]
@@ -201,6 +203,7 @@ def test_a_mutant_of_a_triton_kernel_fails_validation(project, mutant):
     assert results[f"validate:{case}"] == "fail", f"{mutant} survived {case}"
 
 
+@pytest.mark.e2e
 def test_reads_past_an_input_poison_the_output_and_the_rules_of_the_interpreter_hold(project):
     """The interpreter checks no bounds: an input sits between NaN guards, so a read past its end (masked
     by `i < n` where `i + 1 < n` is meant) fails, where the honest control passes. A float32 kernel that
@@ -234,6 +237,7 @@ def test_reads_past_an_input_poison_the_output_and_the_rules_of_the_interpreter_
     assert keys["other_block"] != keys["reads_within"]
 
 
+@pytest.mark.e2e
 def test_what_a_port_of_tritons_tutorials_meets_is_accepted_or_explained(project):
     """A None meta-parameter (Triton's constexprs take it) is a meta-parameter like any other; a launcher that
     returns its output leaves its Out unwritten, and the failure says that it returned a new tensor; a module
@@ -253,6 +257,7 @@ def test_what_a_port_of_tritons_tutorials_meets_is_accepted_or_explained(project
     assert "golden_tasks.triton.DEVICE" in queried["reason"]
 
 
+@pytest.mark.e2e
 def test_editing_a_jitted_helper_reruns_exactly_the_stages_it_can_affect(project):
     """rms_norm_triton's _sum_of_squares, a helper its kernel calls: compile, dispatch, validate and bench run
     again (the sum now differs in its last bits); the inputs and goldens, which no kernel code reaches, are
@@ -271,6 +276,7 @@ def test_editing_a_jitted_helper_reruns_exactly_the_stages_it_can_affect(project
     assert all(stages[s] == "cached" for s in ("abi", "inputs", "golden", "inputs2", "golden2", "golden_bench"))
 
 
+@pytest.mark.e2e
 def test_without_the_triton_extra_the_cases_are_skipped_never_passed(tmp_path):
     """A Python where triton cannot be imported (every process of the run: a sitecustomize on PYTHONPATH):
     the kernel module still imports (golden_tasks.triton's stand-ins) and its cases are SKIPPED, saying why."""

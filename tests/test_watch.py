@@ -9,6 +9,7 @@ import time
 import pytest
 from project import Project
 
+pytestmark = pytest.mark.e2e
 ADDER = '''import torch
 
 from golden_tasks import Case, In, Out, TensorSpec, jit
