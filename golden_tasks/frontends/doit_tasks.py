@@ -41,20 +41,19 @@ import difflib
 import gc
 import os
 import signal
-import traceback
 from pathlib import Path
 
 from doit import get_var
 from doit.cmd_base import NamespaceTaskLoader
 from doit.exceptions import TaskFailed
 
-from ..model.errors import StalePlan, VerificationFailure
 from ..model.plan import VARIABLES
 from ..model.verdicts import StageState
 from ..pipeline import cluster, runtime
-from ..pipeline.execution import execute, produce_here
+from ..pipeline.execution import produce_here
 from ..pipeline.stage_table import BY_NAME, STAGES
 from ..pipeline.summary import first_line
+from ..pipeline.walker import Events, StageError, walk
 from ..planning.discover import forget
 from ..planning.library import CONTEXT, unknown_variables
 from ..project import config, reaper
@@ -82,11 +81,29 @@ def _ready_to_run(torch_stage: bool) -> None:
         _ready["collects"] = pid
 
 
-def _outcome(task: str, message: str = None, worst=None):
-    """A task action's result for doit, journaled: True, or TaskFailed with `message` (and what a failed
-    validation found at worst: outputs.Worst)."""
-    doit_session.current.journal(task, StageState.FAILED if message else StageState.RAN, message, worst)
+def _outcome(task: str, message: str = None, worst=None, state: StageState = StageState.RAN):
+    """A task action's result for doit, journaled: True (its `state`), or TaskFailed with `message` (and what a
+    failed validation found at worst: outputs.Worst)."""
+    doit_session.current.journal(task, StageState.FAILED if message else state, message, worst)
     return TaskFailed(f"{task}: {message}") if message else True
+
+
+class _Journaled(Events):
+    """A stage task's walk, journaled as the task's outcome (a stale plan makes the case be planned again)."""
+
+    def __init__(self, session: Session, case: str):
+        self.session, self.case, self.result = session, case, None
+
+    def cached(self, stage, entry) -> None:  # computed meanwhile by another process that held its key's lock
+        self.result = _outcome(f"{stage.name}:{self.case}", state=StageState.CACHED)
+
+    def ran(self, stage, entry) -> None:
+        self.result = _outcome(f"{stage.name}:{self.case}")
+
+    def failed(self, stage, error: StageError) -> None:
+        if error.stale:
+            forget(self.session.root, self.session.library.store, self.session.library.plans[self.case].module)
+        self.result = _outcome(f"{stage.name}:{self.case}", error.message, error.worst)
 
 
 # The tasks' actions. They find this process's session (inherited from the doit parent) in
@@ -94,18 +111,14 @@ def _outcome(task: str, message: str = None, worst=None):
 
 def _run_stage(stage: str, case: str):
     session = doit_session.current
-    plan, store, task = session.library.plans[case], session.library.store, f"{stage}:{case}"
     try:
         producer = cluster.producer(session.root)
         _ready_to_run(BY_NAME[stage].torch and producer is produce_here)  # a Ray driver needs no torch
-        execute(BY_NAME[stage], plan, store, producer=producer)
-    except StalePlan as exc:
-        forget(session.root, store, plan.module)
-        return _outcome(task, str(exc))
-    except Exception as exc:  # noqa: BLE001 -- one clear message; a traceback only for the unexpected
-        detail = "" if isinstance(exc, VerificationFailure) else "\n" + "".join(traceback.format_exception(exc))
-        return _outcome(task, f"{exc}{detail}", getattr(exc, "worst", None))
-    return _outcome(task)
+    except ValueError as exc:  # a bad setting: named in its message
+        return _outcome(f"{stage}:{case}", str(exc))
+    journaled = _Journaled(session, case)
+    walk(session.library.plans[case], session.library.store, [BY_NAME[stage]], journaled, producer=producer)
+    return journaled.result
 
 
 def _materialize(case: str):

@@ -36,7 +36,7 @@ from ..model.plan import Plan
 from ..project import config
 from ..project.toolchain import hardware, node_class
 from ..storage.store import CorruptObject, Store, object_problem
-from .execution import DamagedUpstream, by_value, produce_here
+from .execution import CaseSource, DamagedUpstream, produce_here
 from .stage_table import BY_NAME, Stage, StageName
 from .stored import Produced
 
@@ -79,7 +79,8 @@ class RayCluster:
         self._refs = {}  # object digest -> its ObjectRef: each object crosses once per run
         self._in_flight = set()
 
-    def produce(self, stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> Produced | DamagedUpstream:
+    def produce(self, stage: Stage, plan: Plan, store: Store, upstream: dict,
+                case: CaseSource) -> Produced | DamagedUpstream:
         """execution.produce_here's contract, on the cluster."""
         ray = self._connect()
         options, group = self._options(stage, plan, upstream)
@@ -89,11 +90,11 @@ class RayCluster:
                            for entry in upstream.values() for name, r in entry.objects.items()}
             except CorruptObject as corruption:
                 return DamagedUpstream(corruption.entry, corruption.name, corruption.problem)
-            pickled = case and by_value(case, plan)
+            crossing = case.crossing(plan)
             # the refs travel inside a list, so that Ray hands them over unresolved: a node fetches only those
             # its store lacks
             ref = self._remote.options(**options).remote(stage.name, plan, upstream, [objects],
-                                                         (str(self.root), self._sources), pickled)
+                                                         (str(self.root), self._sources), crossing)
             with self._lock:
                 self.submitted += 1
                 self._in_flight.add(ref)
@@ -307,7 +308,7 @@ class Sent:
 
 
 def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkout: tuple,
-                case) -> Sent | DamagedUpstream | VerificationFailure:
+                case: CaseSource) -> Sent | DamagedUpstream | VerificationFailure:
     """A Ray task, in a worker of the node Ray placed it on (its working directory: the job's copy of the
     checkout; `checkout`: the driver's path of it and its sources, see _checkout): execution.produce_here on
     the node's own store, what it made sent back; a failure of the stage is returned, not raised, so that Ray

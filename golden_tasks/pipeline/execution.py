@@ -1,6 +1,6 @@
 """Running a stage: under its key's lock, where it must run, its outputs stored and committed as its entry.
 
-execute(stage, plan, store)
+execute(stage, plan, store, case: CaseSource)
   -> the entry under the stage's current key (graph.Lookups), if cached
   -> else, upstream first (recursively), then under store.computing(key):
        producer(stage, plan, store, upstream entries, case) -> Produced | DamagedUpstream
@@ -25,6 +25,68 @@ from .stage_table import BY_NAME, STAGES, InReplay, Stage
 from .stored import Produced, load_outputs, store_outputs
 
 
+class CaseSource:
+    """The form the case takes on its way to the process that runs a stage: at hand (Live), pickled with its user
+    code (Pickled), or to be imported there (Imported)."""
+
+    def crossing(self, plan: Plan) -> "CaseSource":
+        """What crosses into another process (an isolated child, a cluster's node)."""
+        raise NotImplementedError
+
+    def load(self, plan: Plan):
+        """The case, in the process that runs the stage."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Imported(CaseSource):
+    """No case at hand: the process that runs the stage imports its module (and checks it against the plan)."""
+
+    def crossing(self, plan: Plan) -> CaseSource:
+        return self
+
+    def load(self, plan: Plan):
+        from ..planning.case import live_case  # noqa: PLC0415 -- imports torch and the kernel module
+
+        return live_case(plan)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pickled(CaseSource):
+    """The case pickled with its user code (origin.dumps_by_value)."""
+    data: bytes
+
+    def crossing(self, plan: Plan) -> CaseSource:
+        return self
+
+    def load(self, plan: Plan):
+        import cloudpickle  # noqa: PLC0415
+
+        return cloudpickle.loads(self.data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Live(CaseSource):
+    """The case at hand (a Case, or what stands in for one: a replay's saved policy and placement)."""
+    case: object
+
+    def crossing(self, plan: Plan) -> CaseSource:
+        from ..model.errors import SpecError  # noqa: PLC0415
+        from ..model.origin import dumps_by_value  # noqa: PLC0415
+
+        try:
+            return Pickled(dumps_by_value(self.case))
+        except Exception as exc:  # noqa: BLE001 -- an object that no pickler can carry: a lock, an open file
+            raise SpecError(f"case {plan.case!r}: its kernel, golden and comparators run in an isolated process, "
+                            f"so they must pickle, and they do not: {type(exc).__name__}: {exc}") from None
+
+    def load(self, plan: Plan):
+        return self.case
+
+
+IMPORTED = Imported()
+
+
 @dataclasses.dataclass(frozen=True)
 class DamagedUpstream:
     """What a producer returns instead of Produced when an upstream object failed its re-hash: the entry, the
@@ -37,12 +99,12 @@ class DamagedUpstream:
         return CorruptObject(self.entry, self.name, self.problem)
 
 
-def execute(stage: Stage, plan: Plan, store: Store, case=None, producer=None) -> tuple[Entry, bool]:
+def execute(stage: Stage, plan: Plan, store: Store, case: CaseSource = IMPORTED, producer=None) -> tuple[Entry, bool]:
     """Run the stage unless its key is cached; return (entry, ran).
 
     Upstream stages that are not cached (never run, or dropped as corrupt) are
-    run first. `case` is the live case when the caller has it; otherwise it is
-    imported (and checked against the plan) only for stages that need it. An
+    run first. `case`: Live when the caller has the case; Imported, it is
+    imported (and checked against the plan) only by the stages that run its code. An
     upstream object found corrupt while loading is dropped and recomputed once.
     `producer` runs a stage and stores what it made (default: produce_here; an
     executor's runs it elsewhere); the entry is committed here either way.
@@ -70,11 +132,11 @@ def execute(stage: Stage, plan: Plan, store: Store, case=None, producer=None) ->
     raise AssertionError("unreachable: the second attempt returns or raises")
 
 
-def produce_here(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> Produced | DamagedUpstream:
+def produce_here(stage: Stage, plan: Plan, store: Store, upstream: dict,
+                 case: CaseSource) -> Produced | DamagedUpstream:
     """Run the stage here on its upstream entries' outputs and store the objects it made. A stage that runs
     user code runs in an isolated child (golden_tasks.forms.isolate): a crash, an exit or a hang there fails
-    this stage of this case only. The live case crosses by value; without one the child imports it (and
-    checks it against the plan)."""
+    this stage of this case only (the case crosses: CaseSource.crossing)."""
     if stage.confined:
         return _confined(stage, plan, store, upstream, case)
     return _where_it_runs(stage, plan, run_stage, (stage.name, plan, store, upstream, case))
@@ -87,14 +149,14 @@ def _commit(stage: Stage, plan: Plan, store: Store, key: str, upstream: dict, ma
 
 
 def _where_it_runs(stage: Stage, plan: Plan, target, args: tuple):
-    """target(*args), in an isolated child for a stage that runs there (the live case, last in `args`,
-    crossing by value), else here."""
+    """target(*args), in an isolated child for a stage that runs there (the case, last in `args`, crossing),
+    else here."""
     if not stage.isolated:
         return target(*args)
     from ..forms import isolate  # noqa: PLC0415 -- imports torch: only where stages run
 
     *rest, case = args
-    return isolate.call(target, (*rest, case and by_value(case, plan)), stage.budget(plan),
+    return isolate.call(target, (*rest, case.crossing(plan)), stage.budget(plan),
                         f"the {stage.name} stage of {plan.case}")
 
 
@@ -103,7 +165,8 @@ def _copied(outputs: Outputs) -> Outputs:
     return dataclasses.replace(outputs, tensors={k: t.clone() for k, t in outputs.tensors.items()})
 
 
-def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> Produced | DamagedUpstream:
+def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict,
+              case: CaseSource) -> Produced | DamagedUpstream:
     """As run_stage, for a stage that runs the kernel's own code: its upstream outputs are loaded here, the
     stage runs in a child confined to reading them and the user's sources and writing its work directory
     (isolate.confinement), and what it made is hashed and stored here."""
@@ -117,7 +180,7 @@ def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> P
     try:
         given = [p for o in inputs.values() for p in o.files.values()]
         start = time.perf_counter()
-        out = isolate.call(call_stage, (stage.name, plan, inputs, Path(work), case and by_value(case, plan)),
+        out = isolate.call(call_stage, (stage.name, plan, inputs, Path(work), case.crossing(plan)),
                            stage.budget(plan), f"the {stage.name} stage of {plan.case}",
                            isolate.confinement(given, writable=work))
         return store_outputs(store, out, time.perf_counter() - start)
@@ -125,9 +188,9 @@ def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict, case) -> P
         reaper.remove_temp(work)
 
 
-def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case) -> Produced | DamagedUpstream:
+def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case: CaseSource) -> Produced | DamagedUpstream:
     """Load the upstream outputs, run stage `name`'s module, store its objects; DamagedUpstream when an
-    upstream object is damaged. `case`: the live case, its pickled bytes, or None to import it."""
+    upstream object is damaged."""
     try:
         inputs = {n: load_outputs(store, e) for n, e in upstream.items()}
     except CorruptObject as corruption:
@@ -141,39 +204,18 @@ def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case) -> Prod
         reaper.remove_temp(work)
 
 
-def call_stage(name: str, plan: Plan, inputs: dict, workdir: Path, case) -> Outputs:
-    """Stage `name`'s module on its upstream Outputs (by stage name), seeing only its view of the plan.
-    `case`: the live case, its pickled bytes, or None to import it (and check it against the plan)."""
+def call_stage(name: str, plan: Plan, inputs: dict, workdir: Path, case: CaseSource) -> Outputs:
+    """Stage `name`'s module on its upstream Outputs (by stage name), seeing only its view of the plan. Only an
+    isolated stage is handed the case: one that runs here (abi, dispatch, bench) calls only the artifact, and
+    user code is never loaded beside it."""
     stage = BY_NAME[name]
     if stage.torch:
         config.apply_threads()
-    if isinstance(case, bytes):
-        import cloudpickle  # noqa: PLC0415
-
-        case = cloudpickle.loads(case)
-    elif case is None and stage.isolated:  # a stage that runs here (dispatch, bench) calls only the artifact
-        from ..planning.case import live_case  # noqa: PLC0415 -- imports torch
-
-        case = live_case(plan)
-    return importlib.import_module(stage.module).run(case, graph.view(stage, plan), workdir, Upstream(**inputs))
+    loaded = case.load(plan) if stage.isolated else None
+    return importlib.import_module(stage.module).run(loaded, graph.view(stage, plan), workdir, Upstream(**inputs))
 
 
-def by_value(case, plan: Plan) -> bytes:
-    """The live case pickled with its user code, to cross into the isolated child (or to a cluster's node,
-    whose stages get it so: bytes already)."""
-    from ..model.errors import SpecError  # noqa: PLC0415
-    from ..model.origin import dumps_by_value  # noqa: PLC0415
-
-    if isinstance(case, bytes):
-        return case
-    try:
-        return dumps_by_value(case)
-    except Exception as exc:  # noqa: BLE001 -- an object that no pickler can carry: a lock, an open file
-        raise SpecError(f"case {plan.case!r}: its kernel, golden and comparators run in an isolated process, "
-                        f"so they must pickle, and they do not: {type(exc).__name__}: {exc}") from None
-
-
-def replay_stages(plan: Plan, saved: dict, case, workdir: Path) -> dict:
+def replay_stages(plan: Plan, saved: dict, case: CaseSource, workdir: Path) -> dict:
     """Every stage a replay runs (InReplay.RUN), in graph order on the outputs of those before it, starting from
     `saved` (stage name -> Outputs: the InReplay.SAVED ones), isolated as in a verify, storing nothing: how a
     runtime dir is replayed. `case` provides what those stages read of the case (for validate: its policy)."""

@@ -36,9 +36,10 @@ from ..project import config
 from ..stages import load_checked
 from ..stages.dispatch import call_kernel
 from ..stages.validate import blank, judge
-from .execution import execute
+from .execution import Live
 from .stage_table import BY_NAME, StageName
 from .stored import load_outputs
+from .walker import Events, StageError, walk
 
 LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 GRACE_SECONDS = 5.0  # for the ranks to read the verdict, and a hung rank's to end after it
@@ -129,15 +130,33 @@ def _end_when_judged(case_name: str, seconds: float, ran: threading.Event) -> No
         os._exit(1)
 
 
+class _Entries(Events):
+    """The entries a rank's walk found or made, by stage name, and its failure."""
+
+    def __init__(self):
+        self.entries, self.failure = {}, None
+
+    def cached(self, stage, entry) -> None:
+        self.entries[stage.name] = entry
+
+    ran = cached
+
+    def failed(self, stage, error: StageError) -> None:
+        self.failure = error
+
+
 def _rank(plan, store, rank: int, world: int) -> RankVerdict:
     case = live_case(plan)
 
-    def outputs(stage: StageName):
-        entry, _ = execute(BY_NAME[stage], plan, store, case)
-        return load_outputs(store, entry)
+    def outputs(*names: StageName) -> list:
+        """The stages' outputs, walked through the graph with this process's cache (StageFailed: the failure)."""
+        walked = _Entries()
+        if not walk(plan, store, [BY_NAME[n] for n in names], walked, Live(case)):
+            raise StageFailed(walked.failure.message)
+        return [load_outputs(store, walked.entries[n]) for n in names]
 
     # every rank builds its own: the slowest sets when the ranks meet (a compile's budget)
-    abi, compiled, inputs = outputs(StageName.ABI), outputs(StageName.COMPILE), outputs(StageName.INPUTS)
+    abi, compiled, inputs = outputs(StageName.ABI, StageName.COMPILE, StageName.INPUTS)
     artifact = load_checked(compiled, abi)
     if reason := artifact.unavailable():
         return RankVerdict(Verdict.SKIPPED, reason)
@@ -173,7 +192,7 @@ def _rank(plan, store, rank: int, world: int) -> RankVerdict:
         keys = [f"report/{r}" for r in range(world)]
         missing = _wait(meeting, keys, plan.timeout + ranks.JOIN_SECONDS)  # a stuck collective times out first
         reports = [None if k in missing else pickle.loads(meeting.get(k)) for k in keys]
-        meeting.set("verdict", _judge(case, placement, reports, what, lambda: outputs(StageName.GOLDEN), inputs,
+        meeting.set("verdict", _judge(case, placement, reports, what, lambda: outputs(StageName.GOLDEN)[0], inputs,
                                       plan.timeout + ranks.JOIN_SECONDS).to_json())
         _wait(meeting, [f"done/{r}" for r in range(1, world)], GRACE_SECONDS)  # this process may host the store
     elif _wait(meeting, ["verdict"], plan.timeout + ranks.JOIN_SECONDS + golden_seconds):

@@ -27,7 +27,7 @@ from ..project.config import DEFAULT_PROFILE, Project
 from ..project.fingerprint_parts import changed_parts
 from ..project.layout import LayoutError
 from ..project.toolchain import toolchain
-from .execution import replay_stages
+from .execution import Live, replay_stages
 from .runtime import saved_outputs, saved_plan
 from .stage_table import StageName
 
@@ -181,7 +181,7 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
                          placement_of(plan.signature))
         with tempfile.TemporaryDirectory() as work:
             # dispatch, validate and bench, as in a verify, on the saved abi, compile, inputs and golden
-            outputs = replay_stages(plan, saved_outputs(path, manifest), case, Path(work))
+            outputs = replay_stages(plan, saved_outputs(path, manifest), Live(case), Path(work))
         if reason := outputs[StageName.VALIDATE].skipped:  # no golden was saved, or no device here
             raise ReplayError(f"cannot replay {path} here: {reason}")
     except VerificationFailure as exc:

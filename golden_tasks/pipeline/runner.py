@@ -1,41 +1,63 @@
 """`golden_tasks.run`: the same pipeline and cache, scheduled in-process. Importing it imports no torch
 (the pytest plugin's items verify cached cases with `verify` alone); `run` imports what it needs."""
 import dataclasses
-import traceback
 from pathlib import Path
 
 from ..model.errors import VerificationFailure
-from ..model.outputs import Stats
 from ..model.plan import BenchSettings, FailedPlan
 from ..model.records import CaseRow
 from ..model.verdicts import StageState, Verdict
 from ..project import config
 from . import cluster, graph, runtime, summary
-from .execution import execute, produce_here
+from .execution import IMPORTED, CaseSource, Live, produce_here
 from .stage_table import BY_NAME, STAGES, StageName
 from .stored import load_timings
+from .walker import Recorder, walk
 
 
 @dataclasses.dataclass
 class RunResult:
-    """The outcome of one case. `status` is the report's (PASS, FAIL, SKIPPED, INCOMPLETE); `passed` only
-    when validation ran and passed; `skipped`: why a SKIPPED case was not verified here. A skip is not
-    a failure: the result is true (bool) unless the case `failed`."""
-    passed: bool
-    error: str
-    case: str
-    stages: dict  # stage -> StageState
-    timings: dict  # stage -> seconds of the run that produced its entry
-    work_dir: Path  # the case's runtime dir (written when it passes; see golden_tasks.pipeline.replay)
-    bench: dict  # kernel timing stats (us)
-    golden_bench: dict  # golden timing stats (us)
+    """The outcome of one case: a view of its row (`report`, as doit's run record holds it), with its runtime
+    dir, the seconds of the runs that made its entries and its timings' round times. `status` is the row's
+    (PASS, FAIL, SKIPPED, INCOMPLETE); `passed` only when validation ran and passed; `skipped`: why a SKIPPED
+    case was not verified here. A skip is not a failure: the result is true (bool) unless the case `failed`."""
     report: CaseRow  # the summary row
-    status: Verdict
-    skipped: str = None
+    work_dir: Path  # the case's runtime dir (written when it passes; see golden_tasks.pipeline.replay)
+    timings: dict  # stage -> seconds of the run that produced its entry
+    bench: dict  # kernel timing stats (us), with every round
+    golden_bench: dict  # golden timing stats (us), with every round
+
+    @property
+    def case(self) -> str:
+        return self.report.case
+
+    @property
+    def status(self) -> Verdict:
+        return self.report.status
+
+    @property
+    def stages(self) -> dict:
+        """stage -> StageState."""
+        return self.report.stages
+
+    @property
+    def skipped(self) -> str | None:
+        return self.report.skipped
+
+    @property
+    def passed(self) -> bool:
+        return self.status == Verdict.PASS
 
     @property
     def failed(self) -> bool:
         return self.status.failed
+
+    @property
+    def error(self) -> str | None:
+        """Every failure's message; for a case that did not pass without one, its status (and a skip's reason)."""
+        row = self.report
+        return "\n".join(row.errors.values()) or (f"SKIPPED: {row.skipped}" if row.skipped else None) \
+            or (row.status if row.status != Verdict.PASS else None)
 
     def __bool__(self):
         return not self.failed
@@ -43,38 +65,29 @@ class RunResult:
 
 
 
-def verify(plan, store, work_dir: Path, case=None, producer=None) -> tuple[CaseRow, dict]:
+def verify(plan, store, work_dir: Path, case: CaseSource = IMPORTED, producer=None) -> tuple[CaseRow, dict]:
     """Every stage of `plan` in graph order, each reused from `store` or computed, up to the first that
     fails; the runtime dir `work_dir` written when the case passes; the hits and misses logged.
     Returns (the summary row: summary.case_row, stage -> seconds of the run that made its entry).
-    `case` is the live case when the caller has it (else imported where a stage needs it); `producer`
+    `case`: Live when the caller has the case (else imported where a stage runs its code); `producer`
     runs the stages that must run (execution.execute; cluster.producer: this run's executor)."""
-    states, errors, timings, worst = {}, {}, {}, None
+    walked = Recorder()
     if not plan.error:
         lookups = graph.Lookups(plan, store)
         if producer in (None, produce_here) and any(graph.remeasured(s, plan) or lookups.cached(s) is None
                                                     for s in STAGES):
             config.apply_threads()  # imports torch: not for a case whose every stage is cached
-        for stage in STAGES:
-            try:
-                entry, ran = execute(stage, plan, store, case, producer)
-            except Exception as exc:  # noqa: BLE001 -- a stage's failure is its row, never the caller's exception
-                detail = "" if isinstance(exc, VerificationFailure) else "\n" + traceback.format_exc()
-                states[stage.name], errors[stage.name] = StageState.FAILED, f"{exc}{detail}"
-                worst = getattr(exc, "worst", None)
-                break
-            states[stage.name] = StageState.RAN if ran else StageState.CACHED
-            timings[stage.name] = Stats.of(entry).seconds
-    row = summary.case_row(plan, states, errors, store, failed=worst)
+        walk(plan, store, STAGES, walked, case, producer)
+    row = summary.case_row(plan, walked.states, walked.errors, store, failed=walked.worst)
     if row.status == Verdict.PASS and (plan.fresh or not runtime.is_current(graph.Lookups(plan, store), work_dir)):
         runtime.materialize(plan, store, work_dir, row)
     tally = summary.Tally()
-    for stage, state in states.items():
+    for stage, state in walked.states.items():
         if state.reached:
             tally.add(stage, plan.case, state == StageState.CACHED)
     store.log_run(tally.to_json())
     store.record_use({(stage, key) for stage, key in row.keys.items() if key})
-    return row, timings
+    return row, walked.seconds
 
 
 def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, executor=None, **options) -> RunResult:
@@ -123,14 +136,9 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
         plan = plan_of(case, profile=config.profile())[0].for_this_run()
     except VerificationFailure as exc:
         plan = FailedPlan(case_name, None, str(exc), config.profile())
-    row, timings = verify(plan, store, work_dir, case, cluster.producer(Path.cwd()))
+    row, timings = verify(plan, store, work_dir, IMPORTED if case is None else Live(case), cluster.producer(Path.cwd()))
     lookups = None if plan.error else graph.Lookups(plan, store)
     bench, golden_entry = (lookups and lookups.cached(BY_NAME[s]) for s in (StageName.BENCH, StageName.GOLDEN_BENCH))
-    return RunResult(
-        passed=row.status == Verdict.PASS,
-        error="\n".join(row.errors.values()) or (f"SKIPPED: {row.skipped}" if row.skipped else None)
-        or (row.status if row.status != Verdict.PASS else None),
-        case=case_name, stages=row.stages, timings=timings, work_dir=work_dir,
-        bench=(bench and load_timings(store, bench).kernel_us) or {},
-        golden_bench=(golden_entry and load_timings(store, golden_entry).golden_us) or {},
-        report=row, status=row.status, skipped=row.skipped)
+    return RunResult(report=row, work_dir=work_dir, timings=timings,
+                     bench=(bench and load_timings(store, bench).kernel_us) or {},
+                     golden_bench=(golden_entry and load_timings(store, golden_entry).golden_us) or {})
