@@ -160,7 +160,7 @@ def test_torchs_cuda_home_notice_is_not_shown_in_the_processes_that_load_it():
     """A CUDA build of torch on a machine without a GPU logs "No CUDA runtime is found" as cpp_extension loads;
     the forkserver (which loads it) and the planning process quiet that logger first. Here its message is
     logged as torch would, after the quieting, and nothing shows; an error of it still would."""
-    code = ("import logging, sys; from golden_tasks import config; config.quiet_third_party_logs(); "
+    code = ("import logging, sys; from golden_tasks.project import config; config.quiet_third_party_logs(); "
             "log = logging.getLogger('torch.utils.cpp_extension'); "
             "log.warning(\"No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'\"); log.error('a real error')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

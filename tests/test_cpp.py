@@ -8,15 +8,15 @@ import textwrap
 
 import pytest
 import torch
-from golden_tasks.cpp import (  # the submodule first: `golden_tasks.cpp` must stay the decorator
-    CppArtifact,
-    c_scalar,
-    prerequisites,
-)
 
 import golden_tasks
 from golden_tasks import CompileError, In, Out, Scalar, ScalarSpec, SpecError, TensorSpec, cpp
 from golden_tasks.forms.base import Artifact
+from golden_tasks.forms.cpp import (
+    CppArtifact,
+    c_scalar,
+    prerequisites,
+)
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.model.specs import signature_of
 from golden_tasks.project.fingerprint import Fingerprinter
@@ -156,7 +156,7 @@ def test_compile_restore_and_call(project, tmp_path):
     for name, path in built.files.items():
         objects[name] = tmp_path / f"object-{name.split('.')[-1]}"
         shutil.copy(path, objects[name])
-    call = Artifact.restore("cpp", built.table, objects, "golden_tasks.cpp").load()
+    call = Artifact.restore("cpp", built.table, objects, "golden_tasks.forms.cpp").load()
     x, y = torch.randn(10), torch.randn(10)
     expected = y + 0.5 * x
     call(x, y, 0.5, 10)

@@ -62,7 +62,7 @@ def test_unknown_backend(tmp_path):
 
 def test_the_backends_a_run_may_name_are_the_artifacts_jit_builds():
     """plan.BACKENDS lets the doit parent check backend= without torch; it must name what jit builds."""
-    importlib.import_module("golden_tasks.cpp")  # its artifact registers too, and is not a jit backend
+    importlib.import_module("golden_tasks.forms.cpp")  # its artifact registers too, and is not a jit backend
     assert {name for name, cls in Artifact.registry.items() if hasattr(cls, "build")} == set(BACKENDS)
 
 

@@ -18,6 +18,7 @@ whose dtype differs from its golden's fails.
 """
 import dataclasses
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -87,13 +88,13 @@ class RatioAllclose(_Comparator):
     `Allclose` (an integer or bool output takes 0: exact).
     stats: error_ratio, bad, considered, max_abs, max_rel.
     """
-    atol: float = None
-    rtol: float = None
+    atol: float | None = None
+    rtol: float | None = None
     max_error_ratio: float = 0.005
-    valid_rows: int = None
+    valid_rows: int | None = None
     valid_axis: int = 0
     zero_tail: bool = False
-    ignore_nan: bool = None
+    ignore_nan: bool | None = None
 
     def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
         if self.valid_rows is None:
@@ -101,8 +102,8 @@ class RatioAllclose(_Comparator):
         _comparable(name, actual, expected)  # first: a shape that differs is named as such, not as a bad axis
         axis, rows = _leading(name, tuple(expected.shape), self.valid_rows, self.valid_axis)
         try:  # the leading slice's coordinates are the full tensor's
-            result = self._ratio(name, _judged(self, name, *(t.narrow(axis, 0, rows) for t in (actual, expected)),
-                                               policy))
+            result = self._ratio(name, _judged(self, name, actual.narrow(axis, 0, rows),
+                                               expected.narrow(axis, 0, rows), policy))
         except _Unjudgeable as why:  # a golden NaN everywhere in the slice: the tail is still checked
             result = why.verdict(name)
         if rows == 0:
@@ -284,7 +285,7 @@ class ErrorDistribution(_Comparator):
     float64, from the difference taken exactly first (integers: `_gap`).
     stats: rel_l2, cosine, finite, excluded, rel_err_over_<t>, abs_err_p<p>.
     """
-    judge: object = None
+    judge: Callable | None = None
     thresholds: tuple = (1e-3, 1e-2, 1e-1)
     percentiles: tuple = (50, 90, 99, 99.9)
 

@@ -6,6 +6,7 @@ comparator is).
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -179,7 +180,7 @@ class _Flat:
         return int(self.considered.sum())
 
     @functools.cached_property
-    def maxima(self) -> tuple:
+    def maxima(self) -> tuple[float, float]:
         """(max abs err, max rel err) over the considered points where the difference is finite."""
         finite = self.considered & torch.isfinite(self.gap)
         if not bool(finite.any()):
@@ -235,6 +236,8 @@ def _pair(comparator, name: str, actual: torch.Tensor, expected: torch.Tensor, p
 
 
 class _Comparator:
+    _judge: Callable  # each subclass's own check (compare.py)
+
     """The comparators' base (it adds no fields: they pickle and fingerprint by their own). Their checks that an
     output can be judged at all raise `_Unjudgeable`; `__call__` runs the subclass's `_judge` and makes that the
     failing Comparison, so no `_judge` tests for an early verdict after each check."""
@@ -255,9 +258,9 @@ class Allclose(_Comparator):
     must equal its golden exactly unless this comparator sets a tolerance,
     which then bounds the exact integer difference (see `_bound`).
     """
-    rtol: float = None
-    atol: float = None
-    ignore_nan: bool = None
+    rtol: float | None = None
+    atol: float | None = None
+    ignore_nan: bool | None = None
 
     def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
         pair = _pair(self, name, actual, expected, policy)

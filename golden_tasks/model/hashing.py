@@ -12,7 +12,7 @@ def digest_bytes(data) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
-def digest_file(path: Path) -> str:
+def digest_file(path: Path | str) -> str:
     h = xxhash.xxh3_128()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):

@@ -190,7 +190,7 @@ def described(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}{at}\n" + "".join(traceback.format_exception(exc)).rstrip()
 
 
-def shown(path: str, start: str = None) -> str:
+def shown(path: str, start: str | None = None) -> str:
     """A path relative to `start` (default: the working directory) when inside it."""
     relative = os.path.relpath(path, start)
     return path if relative.startswith("..") else relative

@@ -15,6 +15,7 @@ a CUDA kernel), and a stage that reads a skipped one skips with its reason.
 Skipped is never passed.
 """
 import dataclasses
+from typing import Self
 
 POLICY_FILE = "policy.pkl"  # validate: the policy it judged with (cloudpickle), for replays
 SAMPLES_FILE = "samples.json"  # bench, golden_bench: their timings' round times (Stats.split)
@@ -24,10 +25,10 @@ _SAMPLED = ("times", "outliers")  # a timing's lists of round times: samples, no
 @dataclasses.dataclass(frozen=True)
 class Meta:
     """The meta every stage has: `skipped` is None, or why the stage did not do its work."""
-    skipped: str = None
+    skipped: str | None = None
 
     @classmethod
-    def of(cls, entry) -> "Meta":
+    def of(cls, entry) -> Self:
         """The typed meta of a stored entry (store.Entry)."""
         return cls(**entry.meta)
 
@@ -43,8 +44,8 @@ class AbiMeta(Meta):
 
 @dataclasses.dataclass(frozen=True)
 class CompileMeta(Meta):
-    backend: str = None
-    module: str = None  # where the artifact's class lives (forms.Artifact.restore)
+    backend: str | None = None
+    module: str | None = None  # where the artifact's class lives (forms.Artifact.restore)
     table: list = dataclasses.field(default_factory=list)  # the parameter table the artifact embeds
     device: str = "cpu"  # where the artifact's tensors live: "cuda" asks an executor for a GPU
     config: dict = dataclasses.field(default_factory=dict)  # what compile chose (forms.Artifact.config)
@@ -54,7 +55,7 @@ class CompileMeta(Meta):
 class DispatchMeta(Meta):
     # what the kernel returned that is none of its arguments ("a new float32 tensor of shape (8, 8)"): a
     # kernel that returns its result leaves its Out unwritten (validate says why)
-    returned: str = None
+    returned: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Worst:
     `max err`): how many elements of the kernel's outputs it left unwritten, or made NaN or infinite where
     the golden's are finite, and the largest absolute error over the elements it compared whose difference
     is finite (None: none was compared)."""
-    max_abs: float = None
+    max_abs: float | None = None
     unwritten: int = 0
     nan: int = 0
     inf: int = 0
@@ -81,7 +82,7 @@ class Worst:
 @dataclasses.dataclass(frozen=True)
 class ValidateMeta(Meta):
     outputs: list = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
-    max_abs: float = None
+    max_abs: float | None = None
     # comparisons that cannot catch a wrong kernel (a golden a kernel writing zeros would match): the
     # report flags them; they do not fail the case
     warnings: list = dataclasses.field(default_factory=list)
@@ -92,8 +93,8 @@ class BenchMeta(Meta):
     """What the benchmark checked besides timing: its last timed round's outputs against the golden, and
     the kernel's outputs on the second input set (inputs2) in the same processes, so a kernel right only
     on its first call, or one returning a result it cached, fails. `second_set` is "checked" or why not."""
-    second_set: str = None
-    caveat: str = None  # why its timing is no performance figure (Artifact.timing_caveat), if it is not
+    second_set: str | None = None
+    caveat: str | None = None  # why its timing is no performance figure (Artifact.timing_caveat), if it is not
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +103,10 @@ class Stats:
     iqr, the noise floor reached (rse), outliers and every round's time in microseconds, with its rounds,
     warmup and why it stopped; and where it was measured (threads, device). A stored entry's stats hold
     the summary (split): its round times are in the entry's SAMPLES_FILE."""
-    seconds: float = None  # the stage's own run (set by the graph)
-    golden_us: dict = None  # golden_bench: the golden function's timing
-    kernel_us: dict = None  # bench: the kernel's timing
-    node: dict = None  # the machine that ran the stage (toolchain.hardware; set by the graph)
+    seconds: float | None = None  # the stage's own run (set by the graph)
+    golden_us: dict | None = None  # golden_bench: the golden function's timing
+    kernel_us: dict | None = None  # bench: the kernel's timing
+    node: dict | None = None  # the machine that ran the stage (toolchain.hardware; set by the graph)
 
     @classmethod
     def of(cls, entry) -> "Stats":
@@ -119,7 +120,9 @@ class Stats:
         An entry keeps the summary in its stats and the samples in its object SAMPLES_FILE, which only what
         draws them reads (joined)."""
         timings = {f: split_timing(t) for f in ("golden_us", "kernel_us") if (t := getattr(self, f))}
-        return (dataclasses.replace(self, **{f: summary for f, (summary, _) in timings.items()}),
+        summaries = {f: summary for f, (summary, _) in timings.items()}
+        return (dataclasses.replace(self, golden_us=summaries.get("golden_us", self.golden_us),
+                                    kernel_us=summaries.get("kernel_us", self.kernel_us)),
                 {f: samples for f, (_, samples) in timings.items()})
 
 
@@ -153,7 +156,7 @@ class Outputs:
     stats: Stats = dataclasses.field(default_factory=Stats)
 
     @property
-    def skipped(self) -> str:
+    def skipped(self) -> str | None:
         return self.meta.skipped
 
 
@@ -161,11 +164,11 @@ class Outputs:
 class Upstream:
     """A stage's one argument besides the case, its plan and its work directory: the Outputs of each stage it
     reads (pipeline.stage_table: Stage.reads), None for those it does not."""
-    abi: Outputs = None
-    compile: Outputs = None
-    inputs: Outputs = None
-    golden: Outputs = None
-    dispatch: Outputs = None
-    validate: Outputs = None
-    inputs2: Outputs = None
-    golden2: Outputs = None
+    abi: Outputs | None = None
+    compile: Outputs | None = None
+    inputs: Outputs | None = None
+    golden: Outputs | None = None
+    dispatch: Outputs | None = None
+    validate: Outputs | None = None
+    inputs2: Outputs | None = None
+    golden2: Outputs | None = None

@@ -35,8 +35,8 @@ class Variable:
     parse: Callable
 
 
-def _field(source: str, keyed: str = None, replay: str = None, variable: Variable = None, every_stage=False,
-           default=None):
+def _field(source: str, keyed: str | None = None, replay: str | None = None, variable: Variable | None = None,
+           every_stage=False, default=None):
     meta = {"source": source, "keyed": keyed, "replay": replay, "variable": variable, "every_stage": every_stage}
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -101,7 +101,7 @@ class BenchSettings:
     `rounds` fixes the count instead (no noise target, no budget). `flush` evicts the last-level cache
     (a GPU's L2) before every round, so each round starts cold."""
     warmup: int = 5
-    rounds: int = None
+    rounds: int | None = None
     min_rounds: int = 10
     max_rounds: int = 10_000
     rse: float = 0.01
@@ -155,8 +155,8 @@ def _timeout(values: dict, old: float) -> float:
 class Plan:
     """A case as the task graph keys it (JSON-able values only)."""
     case: str = _field("context", every_stage=True)
-    module: str = _field("context", every_stage=True)  # kernels.<stem>; None for golden_tasks.run
-    profile: str = _field("context", every_stage=True)
+    module: str | None = _field("context", every_stage=True)  # kernels.<stem>; None for golden_tasks.run
+    profile: str | None = _field("context", every_stage=True)
     # in no key: it decides only whether a call counts as hung
     timeout: float = _field("run", variable=Variable(("timeout",), _timeout), every_stage=True, default=60.0)
     params: list = _field("case", default=[],
@@ -229,9 +229,9 @@ class FailedPlan:
     """A case that could not be planned: `error` says why (the case's name is the module's stem
     when the module itself failed to import)."""
     case: str
-    module: str
+    module: str | None  # None for golden_tasks.run
     error: str
-    profile: str = None
+    profile: str | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

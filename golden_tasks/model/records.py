@@ -83,7 +83,7 @@ def _or_none(read):
 
 
 @functools.cache
-def _field_readers(cls) -> dict:
+def _field_readers(cls: type) -> dict:
     return {name: _or_none(_reader(kind)) for name, kind in typing.get_type_hints(cls).items()
             if not name.startswith("_")}
 
@@ -92,6 +92,7 @@ class JsonRecord:
     """A record type: a kw_only dataclass whose fields are JSON values, enums, nested records, or lists and
     mappings of them. Fields that are None are left out of its JSON when `_OMIT_NONE`."""
     _OMIT_NONE = False
+    __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field]]  # each record type is a dataclass
 
     @classmethod
     def from_json(cls, data, where: str = ""):
@@ -103,7 +104,7 @@ class JsonRecord:
             at = f"{where}.{name}" if where else name
             if name not in fields:
                 raise BadRecord(f"{at}: not a field of {cls.__name__} (it has {', '.join(fields)})")
-            values[name] = _field_readers(cls)[name](value, at)
+            values[name] = _field_readers(typing.cast(type, cls))[name](value, at)
         missing = [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]
         if missing:
@@ -137,29 +138,29 @@ class Timing(JsonRecord):
     rank, and `ranks` holds each rank's own."""
     _OMIT_NONE = True
     median: float
-    min: float = None
-    mean: float = None
-    max: float = None
-    std: float = None
-    iqr: float = None
-    rse: float = None  # the relative standard error of the mean the timing reached
-    outliers: int = None  # rounds beyond 1.5 IQR of the quartiles (kept in the figures, only flagged)
-    rounds: int = None
-    warmup: int = None
-    stopped: str = None  # what ended the timing: noise, budget or rounds
-    samples: str = None  # the digest of the cache object holding every round's time
+    min: float | None = None
+    mean: float | None = None
+    max: float | None = None
+    std: float | None = None
+    iqr: float | None = None
+    rse: float | None = None  # the relative standard error of the mean the timing reached
+    outliers: int | None = None  # rounds beyond 1.5 IQR of the quartiles (kept in the figures, only flagged)
+    rounds: int | None = None
+    warmup: int | None = None
+    stopped: str | None = None  # what ended the timing: noise, budget or rounds
+    samples: str | None = None  # the digest of the cache object holding every round's time
     # where the kernel's rounds ran (bench: stages.bench._device, clock_check)
-    device: str = None
-    threads: int = None
-    name: str = None  # a GPU's
-    sm_clock_mhz: float = None
-    cpu: list[float] = None  # the process's CPU time in each of the first rounds
-    clock: dict[str, float] = None  # the clocks bench checked each other against (ms)
-    unseen_rounds: int = None  # rounds on input sets the kernel had not seen before
-    ranks: list["Timing"] = None
-    imbalance: str = None  # why the ranks look imbalanced
-    slowest_rounds: int = None  # a rank's: in how many rounds it was the slowest
-    placed: int = None  # a rank's: how many tensors it placed on its device
+    device: str | None = None
+    threads: int | None = None
+    name: str | None = None  # a GPU's
+    sm_clock_mhz: float | None = None
+    cpu: list[float] | None = None  # the process's CPU time in each of the first rounds
+    clock: dict[str, float] | None = None  # the clocks bench checked each other against (ms)
+    unseen_rounds: int | None = None  # rounds on input sets the kernel had not seen before
+    ranks: list["Timing"] | None = None
+    imbalance: str | None = None  # why the ranks look imbalanced
+    slowest_rounds: int | None = None  # a rank's: in how many rounds it was the slowest
+    placed: int | None = None  # a rank's: how many tensors it placed on its device
 
     @property
     def median_rse(self) -> float | None:
@@ -183,30 +184,31 @@ class CaseRow(JsonRecord):
     case: str
     status: Verdict
     stages: dict[str, StageState] = dataclasses.field(default_factory=dict)  # each stage's state in the run
-    reason: str = None  # a FAIL's line that matters
-    skipped: str = None  # why a SKIPPED case was not verified here
+    reason: str | None = None  # a FAIL's line that matters
+    skipped: str | None = None  # why a SKIPPED case was not verified here
     errors: dict[str, str] = dataclasses.field(default_factory=dict)  # stage -> its full failure message
-    log: str = None  # the file holding every message of a case that failed
-    max_abs: float = None  # the largest finite absolute error of its outputs
+    log: str | None = None  # the file holding every message of a case that failed
+    max_abs: float | None = None  # the largest finite absolute error of its outputs
     # a failed validation's elements the kernel left unwritten, or made NaN or infinite where the golden's are finite
-    unwritten: int = None
-    nan: int = None
-    inf: int = None
+    unwritten: int | None = None
+    nan: int | None = None
+    inf: int | None = None
     outputs: list[dict] = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
     warnings: list[str] = dataclasses.field(default_factory=list)
-    kernel_us: float = None  # the medians, their ratio and its 1-sigma uncertainty
-    golden_us: float = None
-    speedup: float = None
-    speedup_err: float = None
-    kernel_timing: Timing = None
-    golden_timing: Timing = None
-    rank_us: list[float] = None  # several ranks: each rank's median
-    imbalance: str = None
-    keys: dict[str, str] = dataclasses.field(default_factory=dict)  # stage -> its entry's content key
+    kernel_us: float | None = None  # the medians, their ratio and its 1-sigma uncertainty
+    golden_us: float | None = None
+    speedup: float | None = None
+    speedup_err: float | None = None
+    kernel_timing: Timing | None = None
+    golden_timing: Timing | None = None
+    rank_us: list[float] | None = None  # several ranks: each rank's median
+    imbalance: str | None = None
+    keys: dict[str, str | None] = dataclasses.field(default_factory=dict)  # stage -> its entry's content key
     fingerprints: dict[str, str] = dataclasses.field(default_factory=dict)  # kernel, golden, policy
-    seconds: float = None  # what the stages that ran in this run took
-    golden_protected: bool = None
-    config: dict = None  # what compile chose that the source does not say: an autotuned Triton kernel's configuration
+    seconds: float | None = None  # what the stages that ran in this run took
+    golden_protected: bool | None = None
+    # what compile chose that the source does not say: an autotuned Triton kernel's configuration
+    config: dict | None = None
 
     def max_error(self) -> str:
         """The `max err` of the summary: what is worst about the outputs (elements unwritten, NaN, infinite:
@@ -221,8 +223,8 @@ class RunRecord(JsonRecord):
     """A run: its rows in library order, when and where it ran. Whether it `passed` and its `counts` follow
     from the rows: written for scripts, not read back."""
     cases: list[CaseRow]
-    started: float = None  # Unix times
-    finished: float = None
+    started: float | None = None  # Unix times
+    finished: float | None = None
     machine: dict = dataclasses.field(default_factory=dict)  # toolchain.machine()
     toolchain: dict = dataclasses.field(default_factory=dict)
 
@@ -271,16 +273,16 @@ class Manifest(JsonRecord):
     """A runtime dir's manifest.json (golden_tasks.pipeline.runtime): what its run was, and every file's digest."""
     format: int
     case: str
-    module: str = None  # None: defined by golden_tasks.run, not in a kernel module
-    profile: str = None
-    keys: dict[str, str]  # stage -> the key of the entry the run used
+    module: str | None = None  # None: defined by golden_tasks.run, not in a kernel module
+    profile: str | None = None
+    keys: dict[str, str | None]  # stage -> the key of the entry the run used
     fingerprints: dict  # plan field -> its fingerprint (runtime.FINGERPRINTS), "parts" -> what they hash
     toolchain: dict
     pipeline: str
     table: list[dict]  # the parameter table (specs.abi_table)
     placement: dict = dataclasses.field(default_factory=dict)  # name -> where a tensor is resident
     bench: dict  # the plan's BenchSettings
-    timeout: float = None
+    timeout: float | None = None
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # saved stage -> why it skipped
     artifact: dict  # the compiled kernel: backend, module, table, files
     tensors: dict[str, dict]  # relative path -> digest, nbytes, dtype, shape

@@ -7,6 +7,7 @@ Scalar), and the ABI stage stamps it onto the specs. Reading `is_input` /
 import dataclasses
 import inspect
 import math
+from typing import Any, Self, cast
 
 import torch
 
@@ -19,7 +20,7 @@ class Param:
     """Annotation marker for a kernel parameter: its kind, direction and, once typed, dtype name."""
     kind: str  # "tensor" | "scalar"
     direction: str  # "in" | "out" | "inout"
-    dtype: str = None
+    dtype: str | None = None
 
     def __getitem__(self, dtype):
         """The marker typed with `dtype`: `In[torch.float32]`, `Scalar[torch.int64]`."""
@@ -103,7 +104,8 @@ def unwritten(t: torch.Tensor) -> torch.Tensor:
 
 
 class _Stampable:
-    _direction = None
+    name: str
+    _direction: str | None = None
 
     @property
     def direction(self) -> str:
@@ -120,9 +122,9 @@ class _Stampable:
     def is_output(self) -> bool:
         return self.direction in ("out", "inout")
 
-    def stamped(self, direction: str):
+    def stamped(self, direction: str) -> Self:
         """A copy of this spec carrying the direction read off the artifact."""
-        copy = dataclasses.replace(self)
+        copy = dataclasses.replace(cast(Any, self))  # a mixin of dataclasses: each spec class is one
         object.__setattr__(copy, "_direction", direction)
         return copy
 
@@ -144,8 +146,8 @@ class TensorSpec(_Stampable):
     name: str
     shape: tuple
     dtype: torch.dtype
-    init_value: object = None
-    resident: object = None
+    init_value: Any = None
+    resident: object | None = None
     kind = "tensor"
 
     def __post_init__(self):
@@ -208,7 +210,7 @@ class ScalarSpec(_Stampable):
     """A scalar parameter, checked for type and range at construction."""
     name: str
     dtype: torch.dtype
-    value: object
+    value: int | float | bool  # checked against the dtype at construction
     kind = "scalar"
 
     def __post_init__(self):

@@ -10,7 +10,7 @@ class _Word(str, enum.Enum):
     """A member prints, formats and hashes as its value (an Enum's own print as Class.NAME and hash their
     name), so it is found in a dict under its word and the word under it."""
     __str__ = str.__str__
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # str's, taking the format as str's does
     __hash__ = str.__hash__
 
 

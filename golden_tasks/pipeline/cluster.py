@@ -24,11 +24,13 @@ import dataclasses
 import functools
 import importlib.util
 import json
+import logging
 import os
 import socket
 import sys
 import threading
 from pathlib import Path
+from typing import Any, cast
 
 from ..model.errors import StageFailed, VerificationFailure
 from ..model.hashing import digest_bytes, digest_file
@@ -72,12 +74,14 @@ class RayCluster:
     def __init__(self, root: Path):
         self.root = root
         self.submitted = 0
-        self.address = None  # the cluster's, once connected
+        self.address: str | None = None  # the cluster's, once connected
         self._lock = threading.RLock()  # re-entered by cancel, from a SIGINT handler, in a thread that holds it
-        self._ray = self._remote = self._sources = None
-        self.unreachable = None  # why connecting failed: every stage after the first fails with it at once
-        self._refs = {}  # object digest -> its ObjectRef: each object crosses once per run
-        self._in_flight = set()
+        self._ray: Any = None  # the ray module, once connected
+        self._remote: Any = None  # run_on_node as a Ray remote function
+        self._sources: dict | None = None
+        self.unreachable: str | None = None  # why connecting failed: every stage after the first fails with it at once
+        self._refs: dict[str, Any] = {}  # object digest -> its ObjectRef: each object crosses once per run
+        self._in_flight: set = set()
 
     def produce(self, stage: Stage, plan: Plan, store: Store, upstream: dict,
                 case: CaseSource) -> Produced | DamagedUpstream:
@@ -145,16 +149,18 @@ class RayCluster:
                 env = {name: os.environ[name] for name in FORWARDED if name in os.environ}
                 # no address: a Ray instance of its own for this run (never the last cluster started here, which
                 # ray.init would otherwise join), a node of this machine's class
-                own = {} if address else {"address": "local", "resources": {node_class(): NODE_CLASS_UNITS}}
+                own: dict[str, Any] = {} if address else {"address": "local",
+                                                          "resources": {node_class(): NODE_CLASS_UNITS}}
                 try:
                     context = ray.init(runtime_env={"working_dir": str(self.root), "excludes": [*EXCLUDED, *inside],
                                                     "env_vars": env},
-                                       log_to_driver=False, logging_level="error", **own)
+                                       log_to_driver=False, logging_level=logging.ERROR, **own)
                 except (ConnectionError, RuntimeError) as exc:  # a refused token, a cluster that does not answer
                     self.unreachable = f"cannot connect to the Ray cluster at {address or 'a new local one'}: " \
                                         f"{_root_cause(exc)}"
                     raise StageFailed(self.unreachable) from None
-                self.address = context.address_info.get("address") or address
+                # ray.init's declared type is its base class; what it returns is a RayContext
+                self.address = cast(Any, context).address_info.get("address") or address
                 self._remote = ray.remote(run_on_node)
                 atexit.register(self.cancel)
                 self._ray = ray
@@ -274,7 +280,8 @@ def sources(project: config.Project) -> dict:
     return found
 
 
-_arrived = {}  # in a worker: (the driver's checkout, its sources' digest) -> the checkout found for them
+# in a worker: (the driver's checkout, its sources' digest) -> the checkout found for them
+_arrived: dict[tuple, Path] = {}
 
 
 def _checkout(driver_root: str, expected: dict) -> Path:

@@ -16,6 +16,7 @@ import importlib
 import time
 from pathlib import Path
 
+from ..model.errors import StageFailed
 from ..model.outputs import Outputs, Upstream
 from ..model.plan import Plan
 from ..project import config, reaper
@@ -92,7 +93,7 @@ class DamagedUpstream:
     """What a producer returns instead of Produced when an upstream object failed its re-hash: the entry, the
     object's name and the problem (store.CorruptObject's), so that the caller drops the entry and recomputes."""
     entry: Entry
-    name: str
+    name: str | None  # None: the entry's own record
     problem: str
 
     def error(self) -> CorruptObject:
@@ -116,6 +117,9 @@ def execute(stage: Stage, plan: Plan, store: Store, case: CaseSource = IMPORTED,
             for name in stage.reads:
                 execute(BY_NAME[name], plan, store, case, producer)
             key, upstream = graph.Lookups(plan, store).resolve(stage)
+        if key is None:  # another process dropped an upstream entry as damaged between its commit and this read
+            raise StageFailed(f"the {stage.name} stage of {plan.case}: an upstream entry it reads was dropped as "
+                              "damaged by another process as soon as it was made; verify again")
         hit = None if graph.remeasured(stage, plan) else store.get(stage.name, key)
         if hit is not None:
             return hit, False
@@ -156,7 +160,7 @@ def _where_it_runs(stage: Stage, plan: Plan, target, args: tuple):
     from ..forms import isolate  # noqa: PLC0415 -- imports torch: only where stages run
 
     *rest, case = args
-    return isolate.call(target, (*rest, case.crossing(plan)), stage.budget(plan),
+    return isolate.call(target, (*rest, case.crossing(plan)), stage.seconds(plan),
                         f"the {stage.name} stage of {plan.case}")
 
 
@@ -181,7 +185,7 @@ def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict,
         given = [p for o in inputs.values() for p in o.files.values()]
         start = time.perf_counter()
         out = isolate.call(call_stage, (stage.name, plan, inputs, Path(work), case.crossing(plan)),
-                           stage.budget(plan), f"the {stage.name} stage of {plan.case}",
+                           stage.seconds(plan), f"the {stage.name} stage of {plan.case}",
                            isolate.confinement(given, writable=work))
         return store_outputs(store, out, time.perf_counter() - start)
     finally:

@@ -23,7 +23,7 @@ from ..model.hashing import digest_json
 from ..model.plan import Plan, StagePlan
 from ..project.toolchain import machine, pipeline_version, toolchain, visible_gpus
 from ..storage.store import Entry, Store
-from .stage_table import BY_NAME, STAGES, Stage, StageName
+from .stage_table import BY_NAME, STAGES, Stage
 
 
 def recipe(stage: Stage, plan: Plan, upstream: dict) -> dict:
@@ -93,7 +93,7 @@ class Lookups:
     across moments: another process may have replaced an entry since, so each run of a stage makes its own.
     `known`: entries found under their current keys before (a doit process's earlier hits)."""
 
-    def __init__(self, plan: Plan, store: Store, known: dict = None):
+    def __init__(self, plan: Plan, store: Store, known: dict | None = None):
         self.plan, self.store = plan, store
         self._entries = dict(known or {})  # stage name -> Entry, or None for one not in the store
 
@@ -133,11 +133,11 @@ class Lookups:
             return NotCached(Missing.DAMAGED, key)
         return NotCached(Missing.NO_ENTRY, key)
 
-    def snapshot(self) -> dict[StageName, Entry | None]:
+    def snapshot(self) -> dict[str, Entry | None]:
         """Every stage's cached entry (or None)."""
         return {s.name: self.cached(s) for s in STAGES}
 
-    def keys(self) -> dict[StageName, str | None]:
+    def keys(self) -> dict[str, str | None]:
         """Every stage's current key, None where an upstream is not cached (an entry found has its key)."""
         return {s.name: entry.key if (entry := self._entries.get(s.name)) else self.resolve(s)[0] for s in STAGES}
 

@@ -36,10 +36,11 @@ from ..project import config
 from ..stages import load_checked
 from ..stages.dispatch import call_kernel
 from ..stages.validate import blank, judge
+from ..storage.store import Entry
 from .execution import Live
 from .stage_table import BY_NAME, StageName
 from .stored import load_outputs
-from .walker import Events, StageError, walk
+from .walker import Events, walk
 
 LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 GRACE_SECONDS = 5.0  # for the ranks to read the verdict, and a hung rank's to end after it
@@ -131,18 +132,15 @@ def _end_when_judged(case_name: str, seconds: float, ran: threading.Event) -> No
 
 
 class _Entries(Events):
-    """The entries a rank's walk found or made, by stage name, and its failure."""
+    """The entries a rank's walk found or made, by stage name."""
 
-    def __init__(self):
-        self.entries, self.failure = {}, None
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
 
-    def cached(self, stage, entry) -> None:
+    def cached(self, stage, entry: Entry) -> None:
         self.entries[stage.name] = entry
 
     ran = cached
-
-    def failed(self, stage, error: StageError) -> None:
-        self.failure = error
 
 
 def _rank(plan, store, rank: int, world: int) -> RankVerdict:
@@ -151,8 +149,8 @@ def _rank(plan, store, rank: int, world: int) -> RankVerdict:
     def outputs(*names: StageName) -> list:
         """The stages' outputs, walked through the graph with this process's cache (StageFailed: the failure)."""
         walked = _Entries()
-        if not walk(plan, store, [BY_NAME[n] for n in names], walked, Live(case)):
-            raise StageFailed(walked.failure.message)
+        if failure := walk(plan, store, [BY_NAME[n] for n in names], walked, Live(case)):
+            raise StageFailed(failure.message)
         return [load_outputs(store, walked.entries[n]) for n in names]
 
     # every rank builds its own: the slowest sets when the ranks meet (a compile's budget)
@@ -162,7 +160,7 @@ def _rank(plan, store, rank: int, world: int) -> RankVerdict:
         return RankVerdict(Verdict.SKIPPED, reason)
     what = f"the kernel of {plan.case}"
     placement = ranks.Placement(abi.meta.table, abi.meta.placement, inputs, world, None if rank == 0 else [rank])
-    golden_seconds, compile_seconds = BY_NAME[StageName.GOLDEN].budget(plan), BY_NAME[StageName.COMPILE].budget(plan)
+    golden_seconds, compile_seconds = BY_NAME[StageName.GOLDEN].seconds(plan), BY_NAME[StageName.COMPILE].seconds(plan)
     # torchrun's agent hosts the store (it says so with TORCHELASTIC_USE_AGENT_STORE), else rank 0 does
     _, meeting = _meeting(plan.case, compile_seconds + golden_seconds,
                           host=rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True")
@@ -174,6 +172,7 @@ def _rank(plan, store, rank: int, world: int) -> RankVerdict:
     threading.Thread(target=_end_when_judged, daemon=True,
                      args=(plan.case, 2 * (plan.timeout + ranks.JOIN_SECONDS) + golden_seconds, ran)).start()
     me = ranks.Rank(rank, world)
+    result: ranks.RankResult | ranks.RankFailure
     try:
         me.join(artifact.device, plan.timeout, meeting=dist.PrefixStore("group/", meeting))
         result = me.run(call_kernel, artifact, placement.args[rank])

@@ -41,9 +41,9 @@ class ReplayError(VerificationFailure):
 @dataclasses.dataclass
 class ReplayResult:
     passed: bool
-    error: str
+    error: str | None
     stale: list  # what changed since the data was saved, each with its meaning
-    report: ValidateMeta  # validation report of the replay (None when it failed)
+    report: ValidateMeta | None  # validation report of the replay (None when it failed)
     bench: dict  # kernel timing (us)
 
 
@@ -149,10 +149,10 @@ class SavedCase:
     """What a replay knows of its case besides the saved data: the validation policy it was
     verified with (policy.pkl) and its tensors' placement (the saved plan's), which the validate
     stage reads."""
-    saved_policy: Policy
+    saved_policy: Policy | None  # None for a case that had no golden
     saved_placement: dict
 
-    def policy(self) -> Policy:
+    def policy(self) -> Policy | None:
         return self.saved_policy
 
     def placement(self) -> dict:
@@ -163,7 +163,7 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
     """Replay the runtime dir at `path`; `project` (default: the current directory) is
     where its case's current source is looked up for staleness."""
     path = Path(path).resolve()
-    stale = []
+    stale: list[str] = []
     try:
         manifest = _read_manifest(path)
         mismatches = toolchain_mismatches(manifest)
@@ -194,7 +194,7 @@ def main(path, project=None) -> int:
     result = replay(path, project)
     for line in result.stale:
         print(f"STALE: {line}")
-    if result.passed:
+    if result.passed and result.report is not None:
         print(f"PASS {path}: max abs error {result.report.max_abs:.3g}, kernel median "
               f"{result.bench['median']:.1f} us over {result.bench['rounds']} rounds")
         return 0

@@ -4,7 +4,7 @@ import dataclasses
 from pathlib import Path
 
 from ..model.errors import VerificationFailure
-from ..model.plan import BenchSettings, FailedPlan
+from ..model.plan import BenchSettings, FailedPlan, Plan
 from ..model.records import CaseRow
 from ..model.verdicts import StageState, Verdict
 from ..project import config
@@ -117,10 +117,10 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
 
     # Case's options that run() passes on, its bench settings last (its name, specs, kernel and golden are
     # run()'s arguments; its root is the current directory).
-    bench = {f.name for f in dataclasses.fields(BenchSettings)}
+    timing_options = {f.name for f in dataclasses.fields(BenchSettings)}
     arguments = ("name", "specs", "kernel", "golden", "root")  # not a stage: Case's fields
     run_options = sorted((f.name for f in dataclasses.fields(Case) if f.name not in arguments),
-                         key=lambda name: name in bench)
+                         key=lambda name: name in timing_options)
     if not isinstance(fn, (KernelForm, str)):
         raise TypeError(f"fn must be a kernel form such as a @golden_tasks.jit function, or the import path "
                         f"of one, got {fn!r}")
@@ -130,15 +130,18 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
     case_name = name or (fn.partition(":")[2] if isinstance(fn, str) else fn.name)
     project = config.Project.at(cache=cache_dir, runs=runs_dir)
     store, work_dir = project.store, project.runs / case_name
-    case = None
+    case: Case | None = None
+    plan: Plan | FailedPlan
     try:
         case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, **options).resolved()
         plan = plan_of(case, profile=config.profile())[0].for_this_run()
     except VerificationFailure as exc:
         plan = FailedPlan(case_name, None, str(exc), config.profile())
     row, timings = verify(plan, store, work_dir, IMPORTED if case is None else Live(case), cluster.producer(Path.cwd()))
-    lookups = None if plan.error else graph.Lookups(plan, store)
-    bench, golden_entry = (lookups and lookups.cached(BY_NAME[s]) for s in (StageName.BENCH, StageName.GOLDEN_BENCH))
+    bench = golden_entry = None
+    if isinstance(plan, Plan):
+        lookups = graph.Lookups(plan, store)
+        bench, golden_entry = (lookups.cached(BY_NAME[s]) for s in (StageName.BENCH, StageName.GOLDEN_BENCH))
     return RunResult(report=row, work_dir=work_dir, timings=timings,
                      bench=(bench and load_timings(store, bench).kernel_us) or {},
                      golden_bench=(golden_entry and load_timings(store, golden_entry).golden_us) or {})

@@ -68,15 +68,15 @@ def _place(src: Path, dst: Path) -> None:
     os.chmod(dst, 0o444 & ~umask())
 
 
-def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow = None) -> Path:
+def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = None) -> Path:
     """Write the case's runtime dir from its cached entries (which must all exist)."""
     import torch  # noqa: PLC0415 -- scalars are written through torch's dtypes
 
     from ..model.specs import dtype_of  # noqa: PLC0415
 
     lookups = graph.Lookups(plan, store)
-    entries = lookups.snapshot()
-    missing = [n for n, e in entries.items() if e is None]
+    entries = {name: entry for name, entry in lookups.snapshot().items() if entry is not None}
+    missing = [s.name for s in STAGES if s.name not in entries]
     if missing:
         raise RuntimeError(f"{plan.case} is not verified yet ({', '.join(missing)} not cached)")
     case_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow = None) -> P
     return case_dir
 
 
-def saved_plan(manifest: Manifest, bench: dict = None) -> Plan:
+def saved_plan(manifest: Manifest, bench: dict | None = None) -> Plan:
     """The plan of a runtime dir's run, as far as it was recorded (`bench`: warmup/rounds over the run's)."""
     return Plan(case=manifest.case, module=manifest.module, profile=manifest.profile,
                 timeout=Plan.timeout if manifest.timeout is None else manifest.timeout,

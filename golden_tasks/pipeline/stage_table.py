@@ -50,10 +50,11 @@ class Stage:
     isolated: bool = True  # runs in an isolated child (forms.isolate): a crash, an exit or a hang fails it alone
     confined: bool = False  # runs the kernel's own code: in a confined child that writes nothing but its outputs
     torch: bool = True  # computes with torch (its worker sizes the thread pools first)
-    budget: Callable = None  # isolated stages: plan -> seconds its run may take before it counts as hung
-    meta: type = Meta  # the type of its outputs' meta (golden_tasks.model.outputs)
-    timing: str = None  # the Stats field of the time it measures: the machine then enters its key
-    folder: str = None  # where a runtime dir keeps its tensors
+    # isolated stages: plan -> seconds its run may take before it counts as hung
+    budget: Callable[[Plan], float] | None = None
+    meta: type[Meta] = Meta  # the type of its outputs' meta (golden_tasks.model.outputs)
+    timing: str | None = None  # the Stats field of the time it measures: the machine then enters its key
+    folder: str | None = None  # where a runtime dir keeps its tensors
     replay: InReplay = InReplay.RUN
 
     @property
@@ -61,6 +62,12 @@ class Stage:
         """The plan fields that enter this stage's key, in the plan's order."""
         keyed = {*self.fields, *KEYED_EVERYWHERE, *(KEYED_WITH_USER_CODE if self.user_code else ())}
         return tuple(f for f in FIELDS if f in keyed)
+
+    def seconds(self, plan: Plan) -> float:
+        """How long its isolated run may take before it counts as hung (its budget)."""
+        if self.budget is None:
+            raise TypeError(f"the {self.name} stage runs in its caller's process: it has no budget")
+        return self.budget(plan)
 
 
 # Seconds a compile may spend in the compiler itself, beyond the case's timeout for each of the
@@ -119,4 +126,4 @@ STAGES = (
           fields=(*_GOLDEN_FIELDS, "resources", "bench"), budget=_timing, timing="golden_us",
           replay=InReplay.LEFT_OUT),
 )
-BY_NAME = {s.name: s for s in STAGES}
+BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}

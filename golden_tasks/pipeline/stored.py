@@ -66,4 +66,6 @@ def load_timings(store: Store, entry: Entry) -> Stats:
     if problem := object_problem(path, record):
         raise CorruptObject(entry, SAMPLES_FILE, problem)
     samples = json.loads(path.read_bytes())
-    return dataclasses.replace(stats, **{f: join_timing(getattr(stats, f), s) for f, s in samples.items()})
+    joined = {f: join_timing(getattr(stats, f), s) for f, s in samples.items()}
+    return dataclasses.replace(stats, golden_us=joined.get("golden_us", stats.golden_us),
+                               kernel_us=joined.get("kernel_us", stats.kernel_us))

@@ -9,30 +9,31 @@ from .graph import Lookups
 from .stage_table import STAGES, StageName
 
 
-def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, known: dict = None,
-             failed: Worst = None) -> CaseRow:
+def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, known: dict | None = None,
+             failed: Worst | None = None) -> CaseRow:
     """The summary of one case from its stage states and its cached entries; `known`: entries already
     found under their current keys (graph.Lookups); `failed`: what a validation that failed in this run found at worst
     (errors.StageFailed.worst)."""
-    stages = {s.name: states.get(s.name, StageState.NOT_RUN) for s in STAGES}
-    if plan.error:
+    stages: dict[str, StageState] = {s.name: states.get(s.name, StageState.NOT_RUN) for s in STAGES}
+    if isinstance(plan, FailedPlan):
         return CaseRow(case=plan.case, status=Verdict.FAIL, stages=dict.fromkeys(stages, StageState.NOT_RUN),
                        errors={"plan": plan.error}, reason=_first_failure({"plan": plan.error}))
     entries = Lookups(plan, store, known).snapshot()
     row = CaseRow(case=plan.case, status=Verdict.INCOMPLETE, stages=stages, errors=errors,
                   golden_protected=plan.golden_protected,
-                  keys={name: entry and entry.key for name, entry in entries.items()},
+                  keys={name: entry.key if entry else None for name, entry in entries.items()},
                   fingerprints={"kernel": plan.kernel, "policy": plan.policy,
                                 "golden": plan.golden},  # not a stage: the plan field
                   seconds=sum(Stats.of(entries[name]).seconds or 0.0 for name, state in stages.items()
                               if state == StageState.RAN and entries[name]))
     for name, state in stages.items():
-        if state.reached and entries[name] and entries[name].meta.get("skipped"):
+        if state.reached and (entry := entries[name]) and entry.meta.get("skipped"):
             stages[name] = StageState.SKIPPED
     validate, bench, timed_golden = (entries[StageName.VALIDATE], entries[StageName.BENCH],
                                      entries[StageName.GOLDEN_BENCH])
-    row.config = entries[StageName.COMPILE] and CompileMeta.of(entries[StageName.COMPILE]).config or None
-    verdict = validate and ValidateMeta.of(validate)
+    compiled = entries[StageName.COMPILE]
+    row.config = (compiled and CompileMeta.of(compiled).config) or None
+    verdict = ValidateMeta.of(validate) if validate else None
     if verdict:
         row.max_abs, row.outputs, row.warnings = verdict.max_abs, verdict.outputs, list(verdict.warnings)
     elif failed:
@@ -43,17 +44,18 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, known: 
     caveat = bench and BenchMeta.of(bench).caveat
     if caveat:
         row.warnings.append(f"its time was {caveat}")
-    row.golden_timing = timed_golden and _timing(timed_golden, "golden_us")
-    row.kernel_timing = bench and _timing(bench, "kernel_us")  # several ranks: of each round's slowest rank
-    row.golden_us = row.golden_timing and row.golden_timing.median
-    row.kernel_us = row.kernel_timing and row.kernel_timing.median  # a skipped bench has none
-    if row.kernel_timing and row.kernel_timing.ranks:
-        row.rank_us = [rank.median for rank in row.kernel_timing.ranks]
-        row.imbalance = row.kernel_timing.imbalance
-    if row.kernel_us and row.golden_us and not caveat:
+    row.golden_timing = _timing(timed_golden, "golden_us") if timed_golden else None
+    # several ranks: of each round's slowest rank; a skipped bench has none
+    row.kernel_timing = kernel_timing = _timing(bench, "kernel_us") if bench else None
+    row.golden_us = row.golden_timing.median if row.golden_timing else None
+    row.kernel_us = kernel_timing.median if kernel_timing else None
+    if kernel_timing and kernel_timing.ranks:
+        row.rank_us = [rank.median for rank in kernel_timing.ranks]
+        row.imbalance = kernel_timing.imbalance
+    if kernel_timing and row.golden_timing and row.kernel_us and row.golden_us and not caveat:
         row.speedup = row.golden_us / row.kernel_us
-        noise = [row.kernel_timing.median_rse, row.golden_timing.median_rse]
-        if None not in noise:  # relative standard errors add in quadrature
+        noise = kernel_timing.median_rse, row.golden_timing.median_rse
+        if noise[0] is not None and noise[1] is not None:  # relative standard errors add in quadrature
             row.speedup_err = row.speedup * (noise[0] ** 2 + noise[1] ** 2) ** 0.5
     if errors or StageState.FAILED in stages.values():
         row.status, row.reason = Verdict.FAIL, _first_failure(errors)

@@ -30,7 +30,7 @@ class StageError:
     """Why a stage failed: the message (the exception's, with its traceback when it is not an expected
     VerificationFailure), what a failed validation found at worst, and whether the plan itself is stale."""
     message: str
-    worst: Worst = None
+    worst: Worst | None = None
     stale: bool = False
 
     @classmethod
@@ -56,11 +56,11 @@ class Recorder(Events):
     """A case's walk as its row takes it (summary.case_row): each stage's state, the failure's message, what
     a failed validation found at worst, and the seconds of the run that made each entry."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.states: dict[StageName, StageState] = {}
         self.errors: dict[StageName, str] = {}
-        self.seconds: dict[StageName, float] = {}
-        self.worst: Worst = None
+        self.seconds: dict[StageName, float | None] = {}
+        self.worst: Worst | None = None
 
     def cached(self, stage: Stage, entry: Entry) -> None:
         self.states[stage.name], self.seconds[stage.name] = StageState.CACHED, Stats.of(entry).seconds
@@ -72,14 +72,16 @@ class Recorder(Events):
         self.states[stage.name], self.errors[stage.name], self.worst = StageState.FAILED, error.message, error.worst
 
 
-def walk(plan: Plan, store: Store, stages, events: Events, case: CaseSource = IMPORTED, producer=None) -> bool:
-    """Each of `stages` (in graph order) reused from `store` or computed, up to the first that fails; True when
-    none failed. A stage's failure is an event, never the caller's exception."""
+def walk(plan: Plan, store: Store, stages, events: Events, case: CaseSource = IMPORTED,
+         producer=None) -> StageError | None:
+    """Each of `stages` (in graph order) reused from `store` or computed, up to the first that fails: its
+    failure, or None when none failed. A stage's failure is an event, never the caller's exception."""
     for stage in stages:
         try:
             entry, ran = execute(stage, plan, store, case, producer)
         except Exception as exc:  # noqa: BLE001 -- a stage's failure is its event
-            events.failed(stage, StageError.of(exc))
-            return False
+            error = StageError.of(exc)
+            events.failed(stage, error)
+            return error
         (events.ran if ran else events.cached)(stage, entry)
-    return True
+    return None

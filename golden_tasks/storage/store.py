@@ -58,7 +58,7 @@ class CacheWriteError(VerificationFailure):
 class CorruptObject(Exception):
     """A stored object no longer matches its recorded digest."""
 
-    def __init__(self, entry, name: str, problem: str):
+    def __init__(self, entry, name: str | None, problem: str):
         what = f"object {name!r}" if name is not None else "its record"
         super().__init__(f"cache entry {entry.stage}:{entry.case} (key {entry.key[:12]}): {what} {problem}")
         self.entry, self.name, self.problem = entry, name, problem
@@ -81,9 +81,9 @@ class Entry:
     objects: dict
     meta: dict
     stats: dict
-    recipe: str = None
+    recipe: str | None = None
     seen: dict = field(default_factory=dict)
-    committed: int = None
+    committed: int | None = None
 
     def intact(self) -> bool:
         """Whether the objects and metadata are still those its digest was made from."""
@@ -116,7 +116,7 @@ def umask() -> int:
         return mask
 
 
-def atomic_write(path: Path, write, mtime_ns: int = None) -> None:
+def atomic_write(path: Path, write, mtime_ns: int | None = None) -> None:
     """Write `path` through a temporary file and a rename; nothing partial ever appears. The file gets the
     mode a plain open() would give it (0666 less the umask: a team sharing a cache reads each other's
     files), not the temporary file's 0600, and `mtime_ns` as its modification time if given."""
@@ -146,7 +146,7 @@ def _cannot_write(path: Path, exc: OSError) -> str:
             "point GOLDEN_TASKS_CACHE elsewhere, or set GOLDEN_TASKS_CACHE_READONLY=1 to use it read-only")
 
 
-def object_problem(path: Path, record: dict) -> str:
+def object_problem(path: Path | str, record: dict) -> str | None:
     """Why the object at `path` does not match `record`, or None when it does."""
     try:
         size = os.path.getsize(path)
@@ -165,9 +165,14 @@ class Store:
         self._root = str(self.root)  # lookups build paths as strings: a Path per lookup costs more than the stat
         self.readonly = readonly
         self.overlay = Store(overlay) if readonly else None
-        self._bad = set()  # read-only: corrupt entries left on disk, not to be reported again
-        self.dropped = set()  # (stage, key) of the entries this process dropped as corrupt
-        self._read_before = {}  # entry file -> (its stat signature, its intact Entry): see get
+        self._bad: set[tuple[str, str]] = set()  # read-only: corrupt entries left on disk, not to be reported again
+        self.dropped: set[tuple[str, str]] = set()  # (stage, key) of the entries this process dropped as corrupt
+        self._read_before: dict[str, tuple] = {}  # entry file -> (its stat signature, its intact Entry): see get
+
+    @property
+    def _written(self) -> "Store":
+        """Where this store writes: its overlay when it is read-only, else itself."""
+        return self.overlay if self.overlay is not None else self
 
     def __getstate__(self):  # what this process read stays here: a child reads for itself
         return {**self.__dict__, "_read_before": {}}
@@ -208,8 +213,7 @@ class Store:
         """Write the object unless this store has it, stamped RACY_NS in the past (see the module). A
         read-only store writes to its overlay whatever the overlay lacks: the root's copy under the same
         digest may be the damaged one this run recomputes."""
-        target = self.overlay if self.readonly else self
-        path = target.object_path(digest)
+        path = self._written.object_path(digest)
         if path.exists():
             return
         atomic_write(path, write, mtime_ns=time.time_ns() - RACY_NS)
@@ -288,7 +292,7 @@ class Store:
         """Forget a corrupt entry (and its bad objects) so that its stage is recomputed."""
         entry = corruption.entry
         self.dropped.add((entry.stage, entry.key))
-        owner = self.overlay if self.readonly else self
+        owner = self._written
         if not owner.entry_path(entry.stage, entry.key).exists() and self.readonly:  # the read-only root's
             self._bad.add((entry.stage, entry.key))
             warn(f"{corruption}; treating it as a miss (read-only cache: left in place)")
@@ -301,18 +305,17 @@ class Store:
         owner.entry_path(entry.stage, entry.key).unlink(missing_ok=True)
 
     def commit(self, stage: str, key: str, case: str, objects: dict, meta: dict, stats: dict,
-               recipe: dict = None) -> Entry:
+               recipe: dict | None = None) -> Entry:
         """Record a stage output whose objects are already stored."""
         digest = digest_json({"objects": objects, "meta": meta})
         seen = {r["digest"]: os.stat(self.object_path(r["digest"])).st_mtime_ns for r in objects.values()}
         committed = time.time_ns()  # after the stats: a write after them has a later time than these
         # the recipe (a kilobyte or more) is read only by `golden-tasks explain`: an object of its own
-        made = recipe and self.put_buffer(json.dumps(recipe, sort_keys=True).encode())["digest"]
+        made = self.put_buffer(json.dumps(recipe, sort_keys=True).encode())["digest"] if recipe else None
         entry = Entry(stage=stage, key=key, case=case, digest=digest, objects=objects, meta=meta, stats=stats,
                       recipe=made, seen=seen, committed=committed)
-        target = self.overlay if self.readonly else self
         text = json.dumps(entry.__dict__, sort_keys=True, indent=1).encode()
-        atomic_write(target.entry_path(stage, key), lambda f: f.write(text))
+        atomic_write(self._written.entry_path(stage, key), lambda f: f.write(text))
         return entry
 
     def recipe(self, entry: Entry):
@@ -331,8 +334,7 @@ class Store:
         """A FileLock to hold while computing (stage, key): look the entry up again once it is held."""
         from filelock import FileLock  # noqa: PLC0415 -- only where stages run, never in the doit parent
 
-        target = self.overlay if self.readonly else self
-        path = target.root / "locks" / stage / key[:2] / f"{key}.lock"
+        path = self._written.root / "locks" / stage / key[:2] / f"{key}.lock"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -352,7 +354,7 @@ class Store:
 
     def remove(self, relative: str) -> None:
         """Remove a small file under the store (the overlay's, when read-only), if it exists."""
-        ((self.overlay if self.readonly else self).root / relative).unlink(missing_ok=True)
+        (self._written.root / relative).unlink(missing_ok=True)
 
     def plot_path(self, key: str) -> Path:
         """Where the HTML report keeps the figures it drew from entries, under the page's content `key`."""
@@ -363,7 +365,7 @@ class Store:
 
     def write_json(self, relative: str, data) -> None:
         text = json.dumps(data, sort_keys=True, indent=1).encode()
-        atomic_write(((self.overlay if self.readonly else self).root / relative), lambda f: f.write(text))
+        atomic_write(self._written.root / relative, lambda f: f.write(text))
 
     def record_use(self, used) -> None:
         """Note that a run used the entries `used` ((stage, key) pairs), for gc's least-recently-used
@@ -385,7 +387,7 @@ class Store:
 
     def last_used(self) -> dict:
         """(stage, key) -> the last time a run recorded using it (record_use), over every record."""
-        last = {}
+        last: dict[tuple[str, str], float] = {}
         for path in (self.root / "log" / "used").glob("*.txt"):
             try:
                 when, lines = path.stat().st_mtime, path.read_text().split()
