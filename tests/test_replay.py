@@ -11,6 +11,7 @@ import pytest
 import torch
 from project import Project
 
+pytestmark = pytest.mark.e2e
 REPLAY = textwrap.dedent("""
     import json, sys
     from golden_tasks.pipeline.replay import replay
@@ -42,7 +43,6 @@ def replay(project, runtime_dir, where=None):
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-@pytest.mark.e2e
 def test_runtime_dir_is_complete_linked_and_readable_without_the_package(project):
     case_dir = project.path / "runs" / "rms_norm"
     manifest = json.loads((case_dir / "manifest.json").read_text())
@@ -65,7 +65,6 @@ def test_runtime_dir_is_complete_linked_and_readable_without_the_package(project
     assert code == 0 and results["runtime:rms_norm"] == "up-to-date"
 
 
-@pytest.mark.e2e
 def test_replay_anywhere_with_the_cache_deleted_and_the_kernel_gone(project, tmp_path):
     elsewhere = tmp_path / "copied"
     shutil.copytree(project.path / "runs" / "rms_norm", elsewhere)
@@ -83,7 +82,6 @@ def test_replay_anywhere_with_the_cache_deleted_and_the_kernel_gone(project, tmp
     assert any("cannot be found in the current source" in s for s in result["stale"])
 
 
-@pytest.mark.e2e
 def test_a_replay_whose_source_cannot_be_checked_says_so(project, tmp_path):
     """Staleness is reported, never skipped in silence: a --project with no kernel folder is named."""
     nowhere = tmp_path / "no-checkout"
@@ -94,7 +92,6 @@ def test_a_replay_whose_source_cannot_be_checked_says_so(project, tmp_path):
                                "checkout that holds the case's source with --project)"]
 
 
-@pytest.mark.e2e
 def test_replay_reports_a_golden_edit_as_stale(project):
     project.edit("rms_norm", 't["out"].copy_(x / rms', 't["out"].copy_(1.0 * x / rms')
     result = replay(project, project.path / "runs" / "rms_norm")
@@ -103,14 +100,12 @@ def test_replay_reports_a_golden_edit_as_stale(project):
                                "the saved golden may no longer be the intended reference"]
 
 
-@pytest.mark.e2e
 def test_replay_of_a_current_dir_is_not_stale_and_runs_from_doit(project):
     assert replay(project, project.path / "runs" / "rms_norm")["stale"] == []
     proc = project.console("replay:rms_norm")
     assert proc.returncode == 0 and "PASS" in proc.stdout
 
 
-@pytest.mark.e2e
 def test_truncated_tensor_fails_the_replay_naming_the_file(project, tmp_path):
     damaged = tmp_path / "damaged"
     shutil.copytree(project.path / "runs" / "rms_norm", damaged)
@@ -122,7 +117,6 @@ def test_truncated_tensor_fails_the_replay_naming_the_file(project, tmp_path):
     assert "data/in/x.bin: 1000 bytes, 76800 expected (truncated?)" in result["error"]
 
 
-@pytest.mark.e2e
 def test_an_artifact_for_another_machine_is_refused_before_dispatch(project, tmp_path):
     foreign = tmp_path / "foreign"
     shutil.copytree(project.path / "runs" / "rms_norm", foreign)
@@ -136,7 +130,6 @@ def test_an_artifact_for_another_machine_is_refused_before_dispatch(project, tmp
     assert "isa: built with 'aarch64:0123'" in result["error"] and "torch: built with '2.99.0'" in result["error"]
 
 
-@pytest.mark.e2e
 def test_run_writes_a_replayable_runtime_dir(tmp_path):
     from golden_tasks import In, Out, TensorSpec, jit, run
     from golden_tasks.pipeline.replay import replay as replay_dir
