@@ -106,8 +106,7 @@ class Confinement:
 
 # What a confined call must not inherit of the caller's environment: the run's journal, whose lines
 # the run trusts. Its caches and temporary files go to its private directory.
-_JOURNAL = "GOLDEN_TASKS_JOURNAL"  # doit_session.JOURNAL_ENV (that module stays free of torch)
-_WITHHELD = (_JOURNAL,)
+_WITHHELD = (config.JOURNAL_ENV,)
 _PRIVATE = ("TMPDIR", "HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_HOME",
             "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "MPLCONFIGDIR")
 
@@ -137,7 +136,7 @@ def confinement(files, pool: int = None, writable: str = None, gpu: bool = False
             raise StageFailed(f"sandbox=required, but this machine cannot confine the kernel's process: {reason}")
         return None
     withheld, listed = config.Project.answer_folders(), []
-    if journal := os.environ.get(_JOURNAL):  # the run's journal, in a folder of its own
+    if journal := os.environ.get(config.JOURNAL_ENV):  # the run's journal, in a folder of its own
         withheld.add(Path(journal).parent)
     sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]
     hidden = [*withheld] if gpu else []

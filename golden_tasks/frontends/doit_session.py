@@ -8,7 +8,7 @@ The control flow of a run, in the doit parent unless said otherwise:
     doit checks each task (doit_checks): a hit is kept in `hits` (what the stages downstream read), tallied,
         and journaled as the task's outcome (`journal`: kept in memory in the parent)
     doit runs the rest, in workers forked from the parent with -n: each action journals its outcome
-        (`journal`: one line appended to the journal file, whose path workers find in JOURNAL_ENV)
+        (`journal`: one line appended to the journal file, whose path workers find in config.JOURNAL_ENV)
     the reporter's complete_run, or the process's exit with another reporter: finish() reads the journal
         into the RunRecord and writes the run's files (report.write_files), then draw() the HTML page
     Ctrl-C: `interrupted`, and nothing is written: the files stay the last complete run's
@@ -46,7 +46,6 @@ from ..reports import report
 
 PLAN = "plan"
 VERIFY = "verify"
-JOURNAL_ENV = "GOLDEN_TASKS_JOURNAL"
 
 # The doit parent's plans and tasks (a million objects at 1,000 cases) live until it exits, and Python's collector
 # would scan them again at each full collection: a quarter of a no-op run at that size. So a run's doit parent
@@ -141,7 +140,7 @@ class Session:
         # in a folder of its own, which a kernel's process is kept out of (isolate.confinement)
         self.journal_path = Path(tempfile.mkdtemp(prefix="golden-tasks-run-")) / "journal.jsonl"
         self.journal_path.touch()
-        os.environ[JOURNAL_ENV] = str(self.journal_path)
+        os.environ[config.JOURNAL_ENV] = str(self.journal_path)
         signal.signal(signal.SIGINT, self._interrupt)
         gc.set_threshold(YOUNG_OBJECTS)
         atexit.register(self._at_exit)

@@ -30,6 +30,7 @@ EXECUTOR_ENV = "GOLDEN_TASKS_EXECUTOR"
 EXECUTORS = ("local", "ray")
 RAY_ADDRESS_ENV = "RAY_ADDRESS"  # Ray's own
 NODE_STORE_ENV = "GOLDEN_TASKS_NODE_STORE"
+JOURNAL_ENV = "GOLDEN_TASKS_JOURNAL"  # a doit run's journal file, which its workers append to (doit_session)
 
 # Third-party warnings that say nothing about the user's kernels: torch's own deprecation chatter
 # while it exports and unpickles programs. (start of the message, category); the tests filter the
