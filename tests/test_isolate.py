@@ -258,6 +258,24 @@ def test_a_changed_environment_reaches_what_torch_read_at_import(monkeypatch):
         assert isolate.call(inductor_cxx, (), 60, "reading CXX") == compiler
 
 
+def cache_folder() -> str:
+    return os.environ["GOLDEN_TASKS_CACHE"]
+
+
+def test_a_change_that_only_calls_read_keeps_the_forkserver(monkeypatch, tmp_path):
+    """The control beside it: a new cache folder (as every test's is) reaches the call without a new forkserver."""
+    import multiprocessing.forkserver
+
+    from golden_tasks.forms import isolate
+
+    servers = []
+    for n in range(2):
+        monkeypatch.setenv("GOLDEN_TASKS_CACHE", str(tmp_path / f"cache{n}"))
+        assert isolate.call(cache_folder, (), 60, "reading the cache folder") == str(tmp_path / f"cache{n}")
+        servers.append(multiprocessing.forkserver._forkserver._forkserver_pid)
+    assert servers[0] == servers[1] is not None
+
+
 @pytest.mark.e2e
 def test_run_from_a_script_shows_the_users_warnings_not_torchs(tmp_path):
     """torch's export pickles a deprecated treespec (a FutureWarning in the caller's process, once the

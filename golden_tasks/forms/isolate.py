@@ -207,7 +207,11 @@ def _child(target, args, conn, environ, cwd, confinement=None, private=None):
 
 _live = set()  # children of this process's calls now running (their forkserver's other children are strays)
 _live_lock = threading.Condition()  # notified when _live changes
-_server_environ = None  # the environment the forkserver was started with
+_server_environ = None  # the environment the forkserver was started with, less _READ_AT_CALL
+# Variables nothing reads as the forkserver imports (each call's child is handed the caller's whole environment,
+# _child): a change of them needs no new forkserver. pytest's names the test running; the cache, runs folder and
+# profile are read by each call (config.Project.at, config.profile).
+_READ_AT_CALL = (config.CACHE_ENV, config.RUNS_ENV, config.PROFILE_ENV, "PYTEST_CURRENT_TEST")
 
 
 def _start(child) -> None:
@@ -216,10 +220,11 @@ def _start(child) -> None:
     there, so after a change of environment the forkserver is restarted, once no call runs."""
     global _server_environ
     with _live_lock:
-        if _server_environ is not None and _server_environ != os.environ:
+        imported_with = {k: v for k, v in os.environ.items() if k not in _READ_AT_CALL}
+        if _server_environ is not None and _server_environ != imported_with:
             _live_lock.wait_for(lambda: not _live)
             multiprocessing.forkserver._forkserver._stop()  # private, but the only way to restart it
-        _server_environ = dict(os.environ)
+        _server_environ = imported_with
         _short_socket_folder()
         with _main_not_reimported():
             with reaper.sigint_ignored():  # only while the server's process starts, not while it imports
