@@ -1,4 +1,4 @@
-"""`python -m golden_tasks.html_report [--project DIR] [NAME=VALUE ...]`: runs/report.html from runs/report.json
+"""`python -m golden_tasks.html_report [--project DIR]`: runs/report.html from runs/report.json
 (golden_tasks.reports.html_report)."""
 import sys
 

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+from golden_tasks.model.records import MANIFEST_FORMAT
 from golden_tasks.pipeline import replay
 from golden_tasks.project.toolchain import toolchain
 
@@ -14,13 +15,14 @@ SAVED = Path(__file__).parent / "data" / "runtime_dir_before_layers"
 
 
 def saved_copy(tmp_path, module: str = None) -> Path:
-    """The saved dir, with this machine's toolchain (written on another: only the modules' paths are under test),
-    its artifact's module renamed to `module` when given."""
+    """The saved dir, with this machine's toolchain and this version's manifest format (written on another, by an
+    earlier version: only the modules' paths are under test), its artifact's module renamed to `module` when
+    given."""
     case_dir = tmp_path / "saved_scale"
     shutil.copytree(SAVED, case_dir)
     manifest = json.loads((case_dir / "manifest.json").read_text())
     assert manifest["artifact"]["module"] == "golden_tasks.jit" and manifest["format"] == 2
-    manifest["toolchain"] = toolchain()
+    manifest["toolchain"], manifest["format"] = toolchain(), MANIFEST_FORMAT
     manifest["artifact"]["module"] = module or manifest["artifact"]["module"]
     (case_dir / "manifest.json").write_text(json.dumps(manifest))
     return case_dir

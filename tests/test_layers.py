@@ -10,7 +10,7 @@ from pathlib import Path
 import golden_tasks
 from golden_tasks.model.outputs import Upstream
 from golden_tasks.model.plan import FIELDS
-from golden_tasks.pipeline.stage_table import STAGES
+from golden_tasks.pipeline.stage_table import STAGES, InReplay
 
 PACKAGE = Path(golden_tasks.__file__).parent
 TOP = len(golden_tasks.LAYERS)  # the entry points at the package's top sit above every layer
@@ -109,12 +109,15 @@ def test_the_check_finds_a_stage_spelled_elsewhere():
 
 def test_a_stage_is_declared_once_and_completely():
     """Every stage's module exists and has run(case, plan, workdir, upstream); what it reads precedes it; its
-    plan fields are the plan's; each stage read by another has its Upstream field."""
+    plan fields are the plan's; each stage read by another has its Upstream field. Only an isolated stage loads
+    the case (user code is never loaded beside the artifact), and no stage a replay runs does (its source may be
+    gone)."""
     seen = set()
     for stage in STAGES:
         assert set(stage.reads) | set(stage.after) <= seen, stage.name
         seen.add(stage.name)
         assert set(stage.fields) <= set(FIELDS), stage.name
+        assert not stage.loads_case or stage.isolated and stage.replay is not InReplay.RUN, stage.name
         params = list(inspect.signature(importlib.import_module(stage.module).run).parameters)
         assert params == ["case", "plan", "workdir", "upstream"], stage.module
     assert {n for s in STAGES for n in s.reads} == {f.name for f in dataclasses.fields(Upstream)}

@@ -10,7 +10,18 @@ from golden_tasks.model.errors import StageFailed
 from golden_tasks.model.outputs import CompileMeta, InputsMeta, Upstream, Worst
 from golden_tasks.model.plan import Plan
 from golden_tasks.model.specs import signature_of, stamp_all
-from golden_tasks.stages import BenchSettings, Outputs, abi, dispatch, golden, golden_bench, inputs, measure, validate
+from golden_tasks.stages import (
+    BenchSettings,
+    Outputs,
+    abi,
+    dispatch,
+    golden,
+    golden_bench,
+    inputs,
+    measure,
+    policy,
+    validate,
+)
 
 
 @jit(backend="eager")
@@ -114,13 +125,13 @@ def test_an_out_without_init_value_starts_as_the_canary_and_what_is_left_is_name
     # the golden's copy starts at zeros: rows 2-3 are zeros there, and the kernel never wrote them
     expected = golden.run(case, plan, tmp_path, Upstream(abi=checked, inputs=made))
     with pytest.raises(StageFailed) as failed:
-        validate.run(case, plan, tmp_path, Upstream(dispatch=result, golden=expected, inputs=made))
+        validated(case, plan, tmp_path, result, expected, made)
     assert "output 'out': 6 of 12 elements not written (first at (2, 0))" in str(failed.value)
     assert "init_value=torch.zeros" in str(failed.value)
     # the summary's max err says so: the canary of an unwritten float is a NaN, not counted as one
     assert failed.value.worst == Worst(max_abs=0.0, unwritten=6)
     result.tensors["out"][2:] = 0  # the honest kernel writes every element
-    assert validate.run(case, plan, tmp_path, Upstream(dispatch=result, golden=expected, inputs=made)).meta.max_abs == 0.0
+    assert validated(case, plan, tmp_path, result, expected, made).meta.max_abs == 0.0
 
 
 @pytest.mark.parametrize("wrong,worst,shown", [
@@ -158,20 +169,29 @@ def test_dispatch_refuses_an_artifact_whose_table_differs(upstream, tmp_path):
         dispatch.run(None, PLAN, tmp_path, Upstream(abi=checked, compile=artifact, inputs=made))
 
 
+def validated(case, plan, tmp_path, actual, expected, made):
+    """The validate stage on the kernel's outputs, with the case's policy as its own stage saves it (validate is
+    never handed the case)."""
+    checked = abi.run(None, plan, tmp_path, Upstream())
+    saved = policy.run(case, plan, tmp_path, Upstream())
+    return validate.run(None, plan, tmp_path, Upstream(abi=checked, dispatch=actual, golden=expected, inputs=made,
+                                                       policy=saved))
+
+
 def test_validate_passes_fails_and_rejects_unknown_outputs(upstream, tmp_path):
     checked, made = upstream
     expected = golden.run(CASE, PLAN, tmp_path, Upstream(abi=checked, inputs=made))
     actual = dispatch.run(None, PLAN, tmp_path, Upstream(abi=checked, compile=compiled(tmp_path, checked), inputs=made))
-    report = validate.run(CASE, PLAN, tmp_path, Upstream(dispatch=actual, golden=expected, inputs=made))
+    report = validated(CASE, PLAN, tmp_path, actual, expected, made)
     assert report.meta.skipped is None and [o["name"] for o in report.meta.outputs] == ["total", "out"]
     actual.tensors["out"][1, 2] += 1
     with pytest.raises(StageFailed, match=r"output 'out': 1/12 elements mismatched"):
-        validate.run(CASE, PLAN, tmp_path, Upstream(dispatch=actual, golden=expected, inputs=made))
+        validated(CASE, PLAN, tmp_path, actual, expected, made)
     loose = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc, compare={"out": Allclose(atol=2)}).resolved()
-    assert validate.run(loose, PLAN, tmp_path, Upstream(dispatch=actual, golden=expected, inputs=made)).meta.max_abs == 1.0
+    assert validated(loose, PLAN, tmp_path, actual, expected, made).meta.max_abs == 1.0
     typo = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc, compare={"outt": Allclose()}).resolved()
     with pytest.raises(StageFailed, match="compare names outt, which are not outputs"):
-        validate.run(typo, PLAN, tmp_path, Upstream(dispatch=actual, golden=expected, inputs=made))
+        validated(typo, PLAN, tmp_path, actual, expected, made)
 
 
 def test_bench_measures_rounds():

@@ -8,7 +8,7 @@ downstream, a report, a runtime dir or a replay: `ValidateMeta.of(entry)`.
 
 Tensors are named by their parameter: inputs holds the In and InOut tensors,
 golden and dispatch the Out and InOut ones. Files: compile's are the artifact's
-own (forms.Artifact.files); validate's is POLICY_FILE.
+own (forms.Artifact.files); policy's is POLICY_FILE.
 
 A stage that cannot do its work says why in `skipped` (no golden; no device for
 a CUDA kernel), and a stage that reads a skipped one skips with its reason.
@@ -17,7 +17,7 @@ Skipped is never passed.
 import dataclasses
 from typing import Self
 
-POLICY_FILE = "policy.pkl"  # validate: the policy it judged with (cloudpickle), for replays
+POLICY_FILE = "policy.pkl"  # policy: the case's validation policy (cloudpickle, its user code by value)
 SAMPLES_FILE = "samples.json"  # bench, golden_bench: their timings' round times (Stats.split)
 _SAMPLED = ("times", "outliers")  # a timing's lists of round times: samples, not summary
 
@@ -169,6 +169,7 @@ class Upstream:
     inputs: Outputs | None = None
     golden: Outputs | None = None
     dispatch: Outputs | None = None
+    policy: Outputs | None = None
     validate: Outputs | None = None
     inputs2: Outputs | None = None
     golden2: Outputs | None = None

@@ -265,7 +265,7 @@ class RunRecord(JsonRecord):
 
 
 MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 2  # 2: the second input set (data/in2, data/golden2)
+MANIFEST_FORMAT = 3  # 2: the second input set (data/in2, data/golden2); 3: policy.pkl in every dir
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -85,7 +85,18 @@ class Live(CaseSource):
         return self.case
 
 
-IMPORTED = Imported()
+@dataclasses.dataclass(frozen=True)
+class Absent(CaseSource):
+    """No case at all (a replay: its source may be gone); no stage that loads the case runs with it."""
+
+    def crossing(self, plan: Plan) -> CaseSource:
+        return self
+
+    def load(self, plan: Plan):
+        raise TypeError(f"{plan.case}: a stage that loads the case ran without one (stage_table: loads_case)")
+
+
+IMPORTED, ABSENT = Imported(), Absent()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,23 +220,24 @@ def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case: CaseSou
 
 
 def call_stage(name: str, plan: Plan, inputs: dict, workdir: Path, case: CaseSource) -> Outputs:
-    """Stage `name`'s module on its upstream Outputs (by stage name), seeing only its view of the plan. Only an
-    isolated stage is handed the case: one that runs here (abi, dispatch, bench) calls only the artifact, and
-    user code is never loaded beside it."""
+    """Stage `name`'s module on its upstream Outputs (by stage name), seeing only its view of the plan. Only a
+    stage that loads the case (Stage.loads_case, all isolated) is handed it: one that runs here (abi, dispatch,
+    bench) calls only the artifact, and user code is never loaded beside it."""
     stage = BY_NAME[name]
     if stage.torch:
         config.apply_threads()
-    loaded = case.load(plan) if stage.isolated else None
+    loaded = case.load(plan) if stage.loads_case else None
     return importlib.import_module(stage.module).run(loaded, graph.view(stage, plan), workdir, Upstream(**inputs))
 
 
-def replay_stages(plan: Plan, saved: dict, case: CaseSource, workdir: Path) -> dict:
+def replay_stages(plan: Plan, saved: dict, workdir: Path) -> dict:
     """Every stage a replay runs (InReplay.RUN), in graph order on the outputs of those before it, starting from
     `saved` (stage name -> Outputs: the InReplay.SAVED ones), isolated as in a verify, storing nothing: how a
-    runtime dir is replayed. `case` provides what those stages read of the case (for validate: its policy)."""
+    runtime dir is replayed. None of them loads the case (its source may be gone): what they read of it (the
+    policy, the placement) is saved."""
     outputs = dict(saved)
     for stage in STAGES:
         if stage.replay is InReplay.RUN:
             inputs = {n: _copied(outputs[n]) if stage.isolated else outputs[n] for n in stage.reads}
-            outputs[stage.name] = _where_it_runs(stage, plan, call_stage, (stage.name, plan, inputs, workdir, case))
+            outputs[stage.name] = _where_it_runs(stage, plan, call_stage, (stage.name, plan, inputs, workdir, ABSENT))
     return outputs

@@ -13,21 +13,17 @@ import re
 import tempfile
 from pathlib import Path
 
-import cloudpickle
-
-from ..model.compare import Policy
 from ..model.errors import VerificationFailure
 from ..model.hashing import digest_file
-from ..model.outputs import POLICY_FILE, ValidateMeta
+from ..model.outputs import ValidateMeta
 from ..model.plan import REPLAY_MEANING, from_json
 from ..model.records import BadRecord, Manifest
-from ..model.specs import placement_of
 from ..planning.discover import plan_in_subprocess
 from ..project.config import DEFAULT_PROFILE, Project
 from ..project.fingerprint_parts import changed_parts
 from ..project.layout import LayoutError
 from ..project.toolchain import toolchain
-from .execution import Live, replay_stages
+from .execution import replay_stages
 from .runtime import saved_outputs, saved_plan
 from .stage_table import StageName
 
@@ -144,21 +140,6 @@ def staleness(path: Path, manifest: Manifest, project: Path) -> list:
     return found
 
 
-@dataclasses.dataclass
-class SavedCase:
-    """What a replay knows of its case besides the saved data: the validation policy it was
-    verified with (policy.pkl) and its tensors' placement (the saved plan's), which the validate
-    stage reads."""
-    saved_policy: Policy | None  # None for a case that had no golden
-    saved_placement: dict
-
-    def policy(self) -> Policy | None:
-        return self.saved_policy
-
-    def placement(self) -> dict:
-        return self.saved_placement
-
-
 def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
     """Replay the runtime dir at `path`; `project` (default: the current directory) is
     where its case's current source is looked up for staleness."""
@@ -176,12 +157,9 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
         stale = [f"cannot check the source for staleness: {reason}"] if reason else staleness(path, manifest, source)
         _check_files(path, manifest)
         plan = saved_plan(manifest, {k: v for k, v in (("warmup", warmup), ("rounds", rounds)) if v is not None})
-        policy = path / POLICY_FILE  # absent for a case that had no golden
-        case = SavedCase(cloudpickle.loads(policy.read_bytes()) if policy.exists() else None,
-                         placement_of(plan.signature))
         with tempfile.TemporaryDirectory() as work:
-            # dispatch, validate and bench, as in a verify, on the saved abi, compile, inputs and golden
-            outputs = replay_stages(plan, saved_outputs(path, manifest), Live(case), Path(work))
+            # dispatch, validate and bench, as in a verify, on the saved abi, compile, inputs, golden and policy
+            outputs = replay_stages(plan, saved_outputs(path, manifest), Path(work))
         if reason := outputs[StageName.VALIDATE].skipped:  # no golden was saved, or no device here
             raise ReplayError(f"cannot replay {path} here: {reason}")
     except VerificationFailure as exc:

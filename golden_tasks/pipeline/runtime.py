@@ -5,7 +5,7 @@
                            ranks, every file's digest
       report.json          the validation report and timings of the run
       artifact/<file>      the compiled kernel (e.g. kernel.pt2)
-      policy.pkl           the validation policy (cloudpickle)
+      policy.pkl           the validation policy (cloudpickle, its user code by value)
       data/in/<name>.bin   In/InOut tensors and scalars, as saved before the kernel ran
       data/golden/<name>.bin   the golden's outputs
       data/in2/, data/golden2/ the second input set (seed + 1) and the golden's outputs on it (bench's recheck)
@@ -98,10 +98,9 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = Non
     compiled, built = entries[StageName.COMPILE], CompileMeta.of(entries[StageName.COMPILE])
     for name, record in compiled.objects.items():
         _place(store.object_path(record["digest"]), tmp / "artifact" / name)
-    policy = entries[StageName.VALIDATE].objects.get(POLICY_FILE)
-    if policy:
-        _place(store.object_path(policy["digest"]), tmp / POLICY_FILE)
-        files[POLICY_FILE] = {"digest": policy["digest"], "nbytes": policy["nbytes"]}
+    policy = entries[StageName.POLICY].objects[POLICY_FILE]
+    _place(store.object_path(policy["digest"]), tmp / POLICY_FILE)
+    files[POLICY_FILE] = {"digest": policy["digest"], "nbytes": policy["nbytes"]}
     manifest = Manifest(
         format=MANIFEST_FORMAT, case=plan.case, module=plan.module, profile=plan.profile,
         keys=lookups.keys(), fingerprints={f: getattr(plan, f) for f in FINGERPRINTS},
@@ -133,7 +132,7 @@ def saved_plan(manifest: Manifest, bench: dict | None = None) -> Plan:
 
 def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
     """stage -> Outputs for the stages whose results a runtime dir keeps: abi, compile, both input sets
-    and the golden's outputs on them (tensors map the saved files; nothing is copied)."""
+    and the golden's outputs on them, the policy (tensors map the saved files; nothing is copied)."""
     from ..storage.tensors import map_raw  # noqa: PLC0415 -- imports torch: only where a replay runs
 
     def folder(stage: StageName) -> dict:
@@ -154,6 +153,7 @@ def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
                                    meta=InputsMeta(scalars=scalars, skipped=skipped.get(StageName.INPUTS2))),
         StageName.GOLDEN2: Outputs(tensors=folder(StageName.GOLDEN2),
                                    meta=Meta(skipped=skipped.get(StageName.GOLDEN2))),
+        StageName.POLICY: Outputs(files={POLICY_FILE: case_dir / POLICY_FILE}),
     }
 
 

@@ -24,6 +24,7 @@ class StageName(enum.StrEnum):
     INPUTS = "inputs"
     GOLDEN = "golden"
     DISPATCH = "dispatch"
+    POLICY = "policy"
     VALIDATE = "validate"
     INPUTS2 = "inputs2"
     GOLDEN2 = "golden2"
@@ -49,6 +50,8 @@ class Stage:
     user_code: bool = True  # reads or runs the case's code: the files and variables it declares enter the key
     isolated: bool = True  # runs in an isolated child (forms.isolate): a crash, an exit or a hang fails it alone
     confined: bool = False  # runs the kernel's own code: in a confined child that writes nothing but its outputs
+    # its run is handed the case (imported or unpickled in its child): only an isolated stage, never one a replay runs
+    loads_case: bool = True
     torch: bool = True  # computes with torch (its worker sizes the thread pools first)
     # isolated stages: plan -> seconds its run may take before it counts as hung
     budget: Callable[[Plan], float] | None = None
@@ -90,7 +93,8 @@ _GOLDEN_FIELDS = ("specs", "seed", "golden")  # what makes the golden's outputs 
 
 STAGES = (
     Stage(StageName.ABI, "check the specs against the kernel's parameter table", "golden_tasks.stages.abi",
-          fields=("params", "signature", "ranks"), user_code=False, isolated=False, torch=False, meta=AbiMeta,
+          fields=("params", "signature", "ranks"), user_code=False, isolated=False, loads_case=False, torch=False,
+          meta=AbiMeta,
           replay=InReplay.SAVED),
     Stage(StageName.COMPILE, "compile the kernel for the spec shapes (scalar values are compiled in)",
           "golden_tasks.stages.compile", reads=(StageName.ABI,),
@@ -105,10 +109,14 @@ STAGES = (
           budget=_making, folder="data/golden", replay=InReplay.SAVED),
     Stage(StageName.DISPATCH, "run the compiled kernel on the inputs", "golden_tasks.stages.dispatch",
           reads=(StageName.ABI, StageName.COMPILE, StageName.INPUTS), fields=("ranks", "resources"),
-          isolated=False, meta=DispatchMeta, folder="data/out"),
+          isolated=False, loads_case=False, meta=DispatchMeta, folder="data/out"),
+    Stage(StageName.POLICY, "save the case's validation policy (comparators, tolerances) with its user code",
+          "golden_tasks.stages.policy", fields=("policy",), torch=False, budget=lambda plan: plan.timeout,
+          replay=InReplay.SAVED),
+    # judges with the saved policy (its comparators user code by value, hence isolated), never the case's own
     Stage(StageName.VALIDATE, "compare the kernel's outputs with the golden's", "golden_tasks.stages.validate",
-          reads=(StageName.DISPATCH, StageName.GOLDEN, StageName.INPUTS), fields=("policy",),
-          budget=lambda plan: 2 * plan.timeout, meta=ValidateMeta),
+          reads=(StageName.ABI, StageName.DISPATCH, StageName.GOLDEN, StageName.INPUTS, StageName.POLICY),
+          loads_case=False, budget=lambda plan: 2 * plan.timeout, meta=ValidateMeta),
     Stage(StageName.INPUTS2,
           "a second input set (seed + 1) for the benchmark's recheck, and sets it meets once (seed + 2...)",
           "golden_tasks.stages.inputs2", reads=(StageName.ABI,), fields=_INPUT_FIELDS, budget=_making,
@@ -118,9 +126,10 @@ STAGES = (
           folder="data/golden2", replay=InReplay.SAVED),
     Stage(StageName.BENCH, "time the kernel; recheck its last timed round and its outputs on the second input set",
           "golden_tasks.stages.bench",
-          reads=(StageName.ABI, StageName.COMPILE, StageName.INPUTS, StageName.GOLDEN, StageName.VALIDATE,
-                 StageName.INPUTS2, StageName.GOLDEN2),
-          fields=("ranks", "resources", "bench"), isolated=False, meta=BenchMeta, timing="kernel_us"),
+          reads=(StageName.ABI, StageName.COMPILE, StageName.INPUTS, StageName.GOLDEN, StageName.POLICY,
+                 StageName.VALIDATE, StageName.INPUTS2, StageName.GOLDEN2),
+          fields=("ranks", "resources", "bench"), isolated=False, loads_case=False, meta=BenchMeta,
+          timing="kernel_us"),
     Stage(StageName.GOLDEN_BENCH, "time the golden on the inputs", "golden_tasks.stages.golden_bench",
           reads=(StageName.ABI, StageName.INPUTS), after=(StageName.GOLDEN,),
           fields=(*_GOLDEN_FIELDS, "resources", "bench"), budget=_timing, timing="golden_us",

@@ -22,8 +22,7 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, known: 
     row = CaseRow(case=plan.case, status=Verdict.INCOMPLETE, stages=stages, errors=errors,
                   golden_protected=plan.golden_protected,
                   keys={name: entry.key if entry else None for name, entry in entries.items()},
-                  fingerprints={"kernel": plan.kernel, "policy": plan.policy,
-                                "golden": plan.golden},  # not a stage: the plan field
+                  fingerprints={"kernel": plan.kernel, "policy": plan.policy, "golden": plan.golden},  # not a stage
                   seconds=sum(Stats.of(entries[name]).seconds or 0.0 for name, state in stages.items()
                               if state == StageState.RAN and entries[name]))
     for name, state in stages.items():

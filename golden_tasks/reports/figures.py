@@ -6,8 +6,10 @@ figures without pyplot (no display or GUI backend), as inline SVG (a heat map's 
 are kept in the cache under the content they are drawn from (plot_key), so a page of unchanged cases draws
 nothing.
 
-torch, matplotlib and the kernel modules (for the cases' policies) are imported where they are used: the
-doit parent imports this module to find figures already drawn."""
+Everything drawn comes from the run record and the store entries its keys name: no kernel module is imported
+and nothing is planned, so the page of a run whose source has since changed shows that run. torch and matplotlib
+are imported where they are used (the doit parent imports this module to find figures already drawn), and a
+case's saved policy (its comparators user code by value) is unpickled only where figures are drawn."""
 import dataclasses
 import functools
 import importlib
@@ -19,8 +21,7 @@ from pathlib import Path
 
 from ..model.hashing import digest_file, digest_json
 from ..model.records import CaseRow
-from ..pipeline import graph
-from ..pipeline.stage_table import BY_NAME, StageName
+from ..pipeline.stage_table import StageName
 from ..pipeline.stored import load_outputs, load_timings
 from ..pipeline.summary import first_line
 from ..storage.store import atomic_write
@@ -225,56 +226,40 @@ def draw_rounds(timing: dict) -> str:
 
 @dataclasses.dataclass
 class Sources:
-    """Where a case's figures come from: the project's store, and its plans (None: planning failed, `why`)."""
+    """Where a case's figures come from: the store, read through the entries its row's keys name."""
     store: object
-    plans: dict = None
-    why: str = None
 
-    def plan(self, case: str):
-        if self.plans is None:
-            raise Unplottable(f"the kernel library could not be planned: {self.why}")
-        plan = self.plans.get(case)
-        if plan is None:
-            raise Unplottable(f"case {case!r} is no longer in the kernel library")
-        if plan.error:
-            raise Unplottable(f"the case cannot be planned: {first_line(plan.error)}")
-        return plan
+    def entry(self, stage: StageName, row: CaseRow):
+        """The row's entry of `stage` (Unplottable: the run made none, or the cache no longer holds it)."""
+        key = row.keys.get(stage)
+        if not key and "plan" in row.errors:
+            raise Unplottable(f"the case could not be planned: {first_line(row.errors['plan'])}")
+        if not key:
+            raise Unplottable(f"the run made no {stage} entry")
+        entry = self.store.get(stage, key)
+        if entry is None:
+            raise Unplottable(f"its {stage} entry {key[:16]} is no longer in the cache")
+        return entry
 
     def outputs(self, stage: StageName, row: CaseRow):
-        """The Outputs of the row's entry of `stage`: by its content key in the row, else under the current plan."""
-        key = row.keys.get(stage)
-        if key:
-            entry = self.store.get(stage, key)
-            where = f"its {stage} entry {key[:16]} is no longer in the cache"
-        else:
-            entry = graph.Lookups(self.plan(row.case), self.store).cached(BY_NAME[stage])
-            where = (f"no {stage} entry in the cache for the case's current plan (a run with doit variables: "
-                     f"pass them too, NAME=VALUE)")
-        if entry is None:
-            raise Unplottable(where)
-        outputs = load_outputs(self.store, entry)
+        """The Outputs of the row's entry of `stage`."""
+        outputs = load_outputs(self.store, self.entry(stage, row))
         if outputs.skipped:
             raise Unplottable(f"{stage} was skipped: {outputs.skipped}")
         return outputs
 
     def kernel_timing(self, row: CaseRow) -> dict:
         """The kernel's timing with every round, from the samples of the row's bench entry."""
-        key = row.keys.get(StageName.BENCH)
-        if not key:
-            raise Unplottable("the record names no bench entry, which holds the rounds")
-        entry = self.store.get(StageName.BENCH, key)
-        if entry is None:
-            raise Unplottable(f"its bench entry {key[:16]} is no longer in the cache")
-        return load_timings(self.store, entry).kernel_us
+        return load_timings(self.store, self.entry(StageName.BENCH, row)).kernel_us
 
 
 def output_plots(row: CaseRow, sources: Sources) -> list:
     """Per output: its error histogram, and for a failing one the heat map of its mismatches."""
     from ..model import compare  # noqa: PLC0415 -- imports torch
-    from ..planning.case import live_case  # noqa: PLC0415 -- imports torch and the kernel module
+    from ..stages.policy import saved_policy  # noqa: PLC0415 -- imports torch
 
     golden, dispatch = sources.outputs(StageName.GOLDEN, row), sources.outputs(StageName.DISPATCH, row)
-    policy = live_case(sources.plan(row.case)).policy()
+    policy = saved_policy(sources.outputs(StageName.POLICY, row))
     verdicts = {c.name: c for c in policy.check(dispatch.tensors, golden.tensors)}
     plots = []
     for name, expected in golden.tensors.items():
@@ -331,7 +316,8 @@ def case_plots(row: CaseRow, sources: Sources) -> list:
 # -- the figures of a case, kept in the cache under the content they are drawn from
 
 
-_DRAWN_FROM = (StageName.GOLDEN, StageName.DISPATCH, StageName.BENCH)  # the stages whose entries a case's figures show
+# the stages whose entries a case's figures show
+_DRAWN_FROM = (StageName.GOLDEN, StageName.DISPATCH, StageName.POLICY, StageName.BENCH)
 
 
 @functools.cache
@@ -344,15 +330,14 @@ def drawing_code(*modules: str) -> list:
 
 def plot_key(row: CaseRow) -> str:
     """The digest of everything a case's figures are drawn from, or None when the row cannot say (no
-    content keys): the golden's and the kernel's outputs and the rounds (their entries' keys, None for a
-    stage that did not run), the policy judging them (its fingerprint), and the code that draws them. A case
-    that could not be planned has no content to draw: its figures say why, from its error alone."""
+    content keys): the golden's and the kernel's outputs, the policy judging them and the rounds (their
+    entries' keys, None for a stage that made none), and the code that draws them. A case that could not be
+    planned has no content to draw: its figures say why, from its error alone."""
     if "plan" in row.errors:
         return digest_json({"plan": row.errors["plan"], "code": drawing_code()})
-    if not row.keys or not row.fingerprints.get("policy"):
+    if not row.keys:
         return None
-    drawn_from = {stage: row.keys.get(stage) for stage in _DRAWN_FROM}
-    return digest_json({**drawn_from, "policy": row.fingerprints["policy"], "code": drawing_code()})
+    return digest_json({**{stage: row.keys.get(stage) for stage in _DRAWN_FROM}, "code": drawing_code()})
 
 
 def remembered_plots(store, row: CaseRow) -> list:

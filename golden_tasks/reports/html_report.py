@@ -1,18 +1,18 @@
 """The run as one self-contained HTML page: RUNS/report.html beside RUNS/report.json.
 
-    python -m golden_tasks.html_report [--project DIR] [NAME=VALUE ...]
+    python -m golden_tasks.html_report [--project DIR]
 
-reads the run record (RUNS/report.json, in the project's runs folder: config.Project) and its store, and
-writes the page atomically. NAME=VALUE are the run's doit variables (backend=eager, profile=NAME, ...), used only
-for a row without content keys, whose entries are then looked up under the library's current plans.
+reads the run record (RUNS/report.json, in the project's runs folder: config.Project) and the store entries its
+rows' content keys name, and writes the page atomically. Nothing else is read: no kernel module is imported and
+the library is not planned, so the page of a run whose source has since changed shows that run.
 
 Every case lists its status, reason, timings, warnings, stage states and content keys, and its figures
 (golden_tasks.reports.figures), drawn in as many processes as the run had workers unless the cache holds them.
 Nothing outside the file is referenced: CSS inline, figures inline SVG, and a small script that records each
 figure's rendered size in the DOM (data-rendered-width/-height) once the page is laid out.
 
-It runs in its own process: drawing imports torch, matplotlib and the kernel modules (for the cases' policies),
-which the doit parent must not, so those imports are made where they are used.
+It runs in its own process: drawing imports torch and matplotlib and unpickles the cases' saved policies (their
+comparators user code by value), which the doit parent must not, so those imports are made where they are used.
 """
 import argparse
 import html
@@ -30,7 +30,6 @@ from ..model.records import BadRecord, CaseRow, RunRecord, Timing
 from ..model.verdicts import Verdict
 from ..pipeline.stage_table import STAGES
 from ..pipeline.summary import first_line
-from ..planning.library import planned_library, run_variables
 from ..project import config
 from ..storage.store import atomic_write
 from .figures import Plot, Sources, case_plots, drawing_code, plot_key, remember_plots, remembered_plots
@@ -246,28 +245,11 @@ def _page(path: Path, key: str) -> bytes:
     return page if f"<!-- page {key} -->".encode() in page[:1000] else None
 
 
-def _sources(project: Path, variables: list) -> Sources:
-    found = config.Project.at(project)
-    store = found.store
-    try:
-        found.layout.importable()
-        pairs = dict(v.split("=", 1) for v in variables)
-        return Sources(store, planned_library(project, store, run_variables(project, pairs.get)))
-    except (ValueError, RuntimeError) as exc:  # a bad variable; planning itself failed
-        return Sources(store, why=first_line(exc))
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m golden_tasks.html_report",
                                      description="Write RUNS/report.html from RUNS/report.json and the store.")
     parser.add_argument("--project", type=Path, default=Path.cwd(), help="project root (default: .)")
-    parser.add_argument("variables", nargs="*", metavar="NAME=VALUE",
-                        help="the run's doit variables (backend=eager, profile=NAME, ...)")
-    args = parser.parse_args(argv)
-    project = args.project.resolve()
-    bad = [v for v in args.variables if "=" not in v]
-    if bad:
-        parser.error(f"{bad[0]!r} is not NAME=VALUE")
+    project = parser.parse_args(argv).project.resolve()
     try:
         record = read_record(config.Project.at(project).runs / "report.json")
     except ValueError as exc:
@@ -285,10 +267,10 @@ def main(argv=None) -> int:
         from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
 
         with ProcessPoolExecutor(drawers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=this.start_drawing, initargs=(project, args.variables)) as pool:
+                                 initializer=this.start_drawing, initargs=(store,)) as pool:
             plots.update(zip((row.case for row in undrawn), pool.map(this.draw, undrawn)))
     elif undrawn:
-        start_drawing(project, args.variables)
+        start_drawing(store)
         plots.update((row.case, draw(row)) for row in undrawn)
     print(f"html report: {write_page(project, lambda row: plots[row.case])}")
     return 0
@@ -297,13 +279,13 @@ def main(argv=None) -> int:
 _drawing = None  # this process's Sources, once start_drawing made them
 
 
-def start_drawing(project: Path, variables: list) -> None:
-    """Make this process ready to draw figures of the project's cases (draw)."""
+def start_drawing(store) -> None:
+    """Make this process ready to draw figures of the cases whose entries `store` holds (draw)."""
     global _drawing
     import matplotlib  # noqa: PLC0415 -- the report's own process only
 
-    matplotlib.use("Agg")  # before the kernel modules are imported: one that imports pyplot gets no GUI backend
-    _drawing = _sources(project, variables)
+    matplotlib.use("Agg")  # before a saved policy is unpickled: one whose module imports pyplot gets no GUI backend
+    _drawing = Sources(store)
 
 
 def draw(row: CaseRow) -> list:

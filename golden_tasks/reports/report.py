@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..model.origin import shown
 from ..model.records import CaseRow, RunRecord
-from ..model.verdicts import Verdict
+from ..model.verdicts import StageState, Verdict
 from ..pipeline.stage_table import STAGES
 from ..project import reaper
 from ..storage.store import atomic_write
@@ -40,8 +40,8 @@ def _speedup(row: CaseRow) -> str:
 def format_table(rows: list) -> str:
     header = ["case", "status", *[s.name for s in STAGES], "max err", "kernel median us", "golden median us",
               "speedup"]
-    body = [[r.case, r.status, *r.stages.values(), r.max_error(), _num(r.kernel_us, ".1f"),
-             _num(r.golden_us, ".1f"), _speedup(r)] for r in rows]
+    body = [[r.case, r.status, *(r.stages.get(s.name, StageState.NOT_RUN) for s in STAGES), r.max_error(),
+             _num(r.kernel_us, ".1f"), _num(r.golden_us, ".1f"), _speedup(r)] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))

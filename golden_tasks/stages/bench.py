@@ -433,7 +433,7 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
                     for r in sets[k].guards:
                         sets[k].receive(r, slots[r][k][j])
                     checks[f"the outputs of timed round {round_} ({label})"] = (sets[k].outputs(what), expected)
-        failures = isolate.call(judge_again, (upstream.validate.files[POLICY_FILE].read_bytes(), checks, plan.case,
+        failures = isolate.call(judge_again, (upstream.policy.files[POLICY_FILE].read_bytes(), checks, plan.case,
                                               abi.meta.placement, blank(golden, inputs)),
                                 2 * plan.timeout, f"the benchmark's recheck of {plan.case}")
         if failures:

@@ -1,15 +1,12 @@
-"""Validate: every output against its golden, with the case's policy (`case.policy()`).
-
-The policy is also saved (cloudpickle, user code by value) so that a
-runtime dir can be re-validated without importing the kernel module.
-"""
+"""Validate: every output against its golden, with the case's policy as the policy stage saved it (its
+comparators user code by value: this stage runs isolated, and never imports the kernel module)."""
 import dataclasses
 
 from ..model.compare import Allclose, Policy, allclose
-from ..model.origin import dumps_by_value
-from ..model.outputs import POLICY_FILE, Upstream, ValidateMeta, Worst
+from ..model.outputs import Upstream, ValidateMeta, Worst
 from ..model.specs import STACKED, unwritten
 from . import Outputs, StageFailed
+from .policy import saved_policy
 
 
 def _wrong_ranks(policy: Policy, name: str, actual: dict, expected: dict) -> list:
@@ -125,14 +122,11 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
     for read in (golden, dispatch):  # no golden, or no device to dispatch on
         if read.skipped:
             return Outputs(meta=ValidateMeta(skipped=read.skipped))
-    policy = case.policy()
+    policy = saved_policy(upstream.policy)
     unknown = sorted(set(policy.compare) - set(golden.tensors))
     if unknown:
         raise StageFailed(f"{plan.case}: compare names {', '.join(unknown)}, which are not outputs "
                           f"(outputs: {', '.join(golden.tensors)})")
-    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite, case.placement(),
-                 blank(golden, inputs), dispatch.meta.returned)
-    meta = dataclasses.replace(meta, warnings=vacuous(policy, dispatch.tensors, golden.tensors))
-    saved = workdir / POLICY_FILE
-    saved.write_bytes(dumps_by_value(policy))  # comparators defined beside the kernel travel with it
-    return Outputs(files={POLICY_FILE: saved}, meta=meta)
+    meta = judge(policy, dispatch.tensors, golden.tensors, plan.case, inputs.meta.nonfinite,
+                 upstream.abi.meta.placement, blank(golden, inputs), dispatch.meta.returned)
+    return Outputs(meta=dataclasses.replace(meta, warnings=vacuous(policy, dispatch.tensors, golden.tensors)))
