@@ -3,13 +3,13 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from golden_tasks.frontends.doit_session import CommandLine
 from golden_tasks.model.records import CaseRow, RunRecord
 from golden_tasks.model.verdicts import Verdict
-from golden_tasks.planning.library import apply_context
 from golden_tasks.project import config
 from golden_tasks.project.toolchain import machine, toolchain
 from golden_tasks.reports import report
@@ -26,11 +26,11 @@ def test_worker_count_from_the_doit_command_line(argv, workers):
 def test_threads_share_the_cores(monkeypatch):
     monkeypatch.delenv(config.THREADS_ENV, raising=False)
     monkeypatch.setenv(config.WORKERS_ENV, str(os.cpu_count() * 2))
-    assert config.torch_threads() == 1
+    assert config.current().threads_per_worker() == 1
     monkeypatch.setenv(config.WORKERS_ENV, "1")
-    assert config.torch_threads() == os.cpu_count()
+    assert config.current().threads_per_worker() == os.cpu_count()
     monkeypatch.setenv(config.THREADS_ENV, "3")
-    assert config.torch_threads() == 3
+    assert config.current().threads_per_worker() == 3
 
 
 def test_locations_follow_the_environment(monkeypatch, tmp_path):
@@ -81,14 +81,50 @@ def test_profile_follows_the_environment_and_the_doit_variable(monkeypatch):
     assert config.profile() == golden_tasks.profile() == "default"
     monkeypatch.setenv(config.PROFILE_ENV, "flash")
     assert golden_tasks.profile() == "flash"
-    apply_context(lambda name, default: default)  # no profile= variable: the environment stands
+    config.enter(config.current().given(lambda name, default: default))  # no profile= variable: the environment stands
     assert config.profile() == "flash"
-    apply_context({"profile": "small"}.get)  # profile= overrides the environment
+    config.enter(config.current().given({"profile": "small"}.get, "layout"))  # profile= overrides the environment
     assert config.profile() == "small"
+    monkeypatch.delenv(config.PROFILE_ENV)  # the project's profile where neither names one
+    assert config.current().given(lambda name, default: default, "layout").profile == "layout"
     for bad in ("../x", "a/b", ".hidden"):
         monkeypatch.setenv(config.PROFILE_ENV, bad)
         with pytest.raises(ValueError, match="is not a name"):
             config.profile()
+
+
+def test_the_run_context_is_entered_once_and_read_back_whole(monkeypatch):
+    """What a run starts with reaches the processes it starts as the one value it entered; a bad variable is
+    named, from the environment or a run's NAME=VALUE."""
+    context = config.RunContext(profile="flash", ranks=4, sandbox="off", executor="ray", ray_address="auto",
+                                workers=3, threads=2, journal="/run/journal.jsonl")
+    config.enter(context)
+    assert config.current() == context and config.planning_context() == "flash.ranks4"
+    assert config.current().given({"ranks": "2"}.get) == replace(context, ranks=2)
+    config.enter(config.RunContext())  # the defaults: nothing left of the journal, the threads, the world size
+    assert config.current() == config.RunContext() and config.current().threads_per_worker() == os.cpu_count()
+    for name, env, text, message in [("ranks", config.RANKS_ENV, "0", "ranks='0' is not a world size"),
+                                     ("sandbox", config.SANDBOX_ENV, "x", "sandbox='x' is not one of auto"),
+                                     ("workers", config.WORKERS_ENV, "many", "workers='many' is not a count")]:
+        monkeypatch.setenv(env, text)
+        with pytest.raises(ValueError, match=message):
+            config.current()
+        monkeypatch.delenv(env)
+        if name in config.RunContext.VARIABLES:
+            with pytest.raises(ValueError, match=f"doit variable {message}"):
+                config.current().given({name: text}.get)
+
+
+def test_only_the_run_context_touches_its_variables():
+    """No module but project/config.py reads or writes a variable of the run's context: they ask
+    config.current(), and a run enters its context in one place (config.enter)."""
+    names = [n for n in dir(config) if n.endswith("_ENV") and getattr(config, n) in config.RunContext().environment()]
+    assert len(names) == len(config.RunContext().environment())
+    package = Path(config.__file__).parents[1]
+    found = [f"{path.relative_to(package)}:{i}" for path in sorted(package.rglob("*.py")) if path.name != "config.py"
+             for i, line in enumerate(path.read_text().splitlines(), 1)
+             if "environ" in line and any(name in line for name in names)]
+    assert found == []
 
 
 def test_toolchain_names_every_component():

@@ -8,18 +8,17 @@ from project import Project
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.pipeline import cluster
 from golden_tasks.pipeline.execution import produce_here
-from golden_tasks.planning.library import apply_context
 from golden_tasks.project import config, toolchain
 
 
 def test_the_executor_is_local_unless_ray_is_asked_for(monkeypatch, tmp_path):
     monkeypatch.delenv(config.EXECUTOR_ENV, raising=False)
-    assert config.executor() == "local" and cluster.producer(tmp_path) is produce_here
+    assert config.current().executor == "local" and cluster.producer(tmp_path) is produce_here
     monkeypatch.setenv(config.EXECUTOR_ENV, "ray")
     assert isinstance(cluster.producer(tmp_path).__self__, cluster.RayCluster)
     assert "ray" not in sys.modules or cluster.cluster(tmp_path.resolve()).address is None  # made, not connected
     with pytest.raises(ValueError, match="doit variable executor='dask' is not one of local, ray"):
-        apply_context({"executor": "dask"}.get)
+        config.current().given({"executor": "dask"}.get)
 
 
 def test_on_a_cluster_a_timing_names_the_machine_by_its_class_not_its_host(monkeypatch):

@@ -86,7 +86,6 @@ def test_outputs_read_back_typed_with_one_skip_convention():
 def test_the_world_size_is_the_kernels_unless_a_case_or_ranks_says_otherwise(monkeypatch):
     from golden_tasks import Case, In, Out, SpecError, TensorSpec, jit
     from golden_tasks.planning.case import plan_of
-    from golden_tasks.planning.library import apply_context
     from golden_tasks.project import config
 
     @jit(backend="eager", ranks=2)
@@ -100,18 +99,17 @@ def test_the_world_size_is_the_kernels_unless_a_case_or_ranks_says_otherwise(mon
     def specs(ranks=1):  # a stacked input follows the world size
         return [TensorSpec("x", (ranks, 2), torch.float32, resident="stacked"), TensorSpec("out", (2,), torch.float32)]
 
-    monkeypatch.setenv(config.RANKS_ENV, "")  # restored after the test: apply_context below sets it
     assert plan_of(Case("c", specs=specs, kernel=k).resolved())[0].ranks == 2
     made = plan_of(Case("c", specs=specs, kernel=k, ranks=4).resolved())[0]
     assert made.ranks == 4 and made.signature[0]["shape"] == [4, 2]
     assert "ranks" in BY_NAME["abi"].plan_fields and "ranks" in BY_NAME["dispatch"].plan_fields
-    apply_context({"ranks": "3"}.get)  # ranks=N: every multi-rank case, specs included; one-rank kernels stay
-    assert config.ranks() == 3 and config.planning_context() == "default.ranks3"
+    config.enter(config.current().given({"ranks": "3"}.get))  # ranks=N: every multi-rank case, specs included; one-rank kernels stay
+    assert config.current().ranks == 3 and config.planning_context() == "default.ranks3"
     made = plan_of(Case("c", specs=specs, kernel=k, ranks=4).resolved())[0]
     assert made.ranks == 3 and made.signature[0]["shape"] == [3, 2]
     assert plan_of(Case("c", specs=specs, kernel=single).resolved())[0].ranks == 1
     with pytest.raises(ValueError, match=r"^doit variable ranks='0' is not a world size"):
-        apply_context({"ranks": "0"}.get)
+        config.current().given({"ranks": "0"}.get)
     with pytest.raises(SpecError, match=r"^case 'c': ranks=0 is not a world size"):
         Case("c", specs=specs, kernel=k, ranks=0).resolved()
     with pytest.raises(SpecError, match=r"^kernel k: ranks=True is not a world size"):

@@ -20,7 +20,7 @@ from project import Project
 
 from golden_tasks.model.plan import VARIABLES
 from golden_tasks.pipeline.stage_table import STAGES
-from golden_tasks.planning.library import CONTEXT
+from golden_tasks.project import config
 
 OWN_WARNING = "a kernel's own warning, which must show"
 WARNS = f'''"""add, with a golden that warns."""
@@ -230,7 +230,7 @@ def test_mistyped_names_bad_variables_and_help(project):
     assert misspelt.stderr == ("golden-tasks: unknown doit variables timout (did you mean timeout?), colour; "
                                "`doit help verify` lists the variables\n")
     shown = project.console("help", "verify").stdout
-    for name in (*VARIABLES, *CONTEXT):
+    for name in (*VARIABLES, *config.RunContext.VARIABLES):
         assert re.search(rf"^  {name} +\S", shown, re.M), name
 
 

@@ -128,7 +128,7 @@ def confinement(files, pool: int = None, writable: str = None, gpu: bool = False
     are covered. For a rank of a pool (`pool`) on a GPU, which keeps unix sockets (NCCL's), so are the
     multiprocessing forkservers' folders in the temporary folder, whose sockets would fork an
     unconfined process for whoever connects."""
-    mode = config.sandbox()
+    mode = config.current().sandbox
     if mode == "off":
         return None
     if reason := sandbox.support():
@@ -136,7 +136,7 @@ def confinement(files, pool: int = None, writable: str = None, gpu: bool = False
             raise StageFailed(f"sandbox=required, but this machine cannot confine the kernel's process: {reason}")
         return None
     withheld, listed = config.Project.answer_folders(), []
-    if journal := os.environ.get(config.JOURNAL_ENV):  # the run's journal, in a folder of its own
+    if journal := config.current().journal:  # the run's journal, in a folder of its own
         withheld.add(Path(journal).parent)
     sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]
     hidden = [*withheld] if gpu else []

@@ -14,7 +14,7 @@ from ..model.records import MANIFEST
 from ..model.verdicts import StageState
 from ..pipeline import graph, runtime
 from ..pipeline.stage_table import BY_NAME
-from ..planning.library import CONTEXT
+from ..project import config
 from .doit_session import PLAN, VERIFY, Session
 
 
@@ -92,7 +92,8 @@ class StageCached(UpToDate):
 
 def explain_command(root: Path, task: str) -> str:
     """The `golden-tasks explain` command line for `task` under this run's project and doit variables."""
-    variables = [f"{name}={value}" for name in (*VARIABLES, *CONTEXT) if (value := get_var(name)) is not None]
+    variables = [f"{name}={value}" for name in (*VARIABLES, *config.RunContext.VARIABLES)
+                 if (value := get_var(name)) is not None]
     project = [] if root == Path.cwd().resolve() else ["--project", str(root)]
     return shlex.join(["golden-tasks", *project, "explain", task, *variables])
 

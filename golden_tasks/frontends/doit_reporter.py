@@ -146,12 +146,12 @@ class SummaryReporter(ConsoleReporter):
         session.draw(lambda line: (self.write(line + "\n"), self.outstream.flush()))
         runs = session.project.runs
         self.write(f"report: {runs / 'report.json'} (also report.xml{', report.html' * config.draws_html()})\n")
-        if config.executor() == "ray":
+        if config.current().executor == "ray":
             ray = cluster.cluster(session.root)
             self.write(f"ray: {ray.submitted} task{'s' * (ray.submitted != 1)} submitted to {ray.address}\n"
                        if ray.address else f"ray: not connected: {ray.unreachable}\n" if ray.unreachable
                        else "ray: nothing to run, so no connection to a cluster\n")
-        if any(r.stages.get(StageName.COMPILE) == StageState.RAN for r in rows) and config.sandbox() == "auto" \
+        if any(r.stages.get(StageName.COMPILE) == StageState.RAN for r in rows) and config.current().sandbox == "auto" \
                 and (reason := sandbox.support()):
             self.write(f"note: kernels ran unconfined: {reason} (docs/threat-model.md)\n")
         if unjudged and not self.failures:

@@ -8,7 +8,7 @@ The control flow of a run, in the doit parent unless said otherwise:
     doit checks each task (doit_checks): a hit is kept in `hits` (what the stages downstream read), tallied,
         and journaled as the task's outcome (`journal`: kept in memory in the parent)
     doit runs the rest, in workers forked from the parent with -n: each action journals its outcome
-        (`journal`: one line appended to the journal file, whose path workers find in config.JOURNAL_ENV)
+        (`journal`: one line appended to the journal file, which the run's context names: config.RunContext)
     the reporter's complete_run, or the process's exit with another reporter: finish() reads the journal
         into the RunRecord and writes the run's files (report.write_files), then draw() the HTML page
     Ctrl-C: `interrupted`, and nothing is written: the files stay the last complete run's
@@ -125,7 +125,7 @@ class Session:
         print its loader's traceback)."""
         if self._library is None:
             try:
-                self._library = Library(self.root, get_var)
+                self._library = Library(self.root, get_var, self.line.workers)
             except (VerificationFailure, ValueError, RuntimeError) as exc:  # RuntimeError: planning itself failed
                 usage_error(str(exc))
         return self._library
@@ -140,7 +140,7 @@ class Session:
         # in a folder of its own, which a kernel's process is kept out of (isolate.confinement)
         self.journal_path = Path(tempfile.mkdtemp(prefix="golden-tasks-run-")) / "journal.jsonl"
         self.journal_path.touch()
-        os.environ[config.JOURNAL_ENV] = str(self.journal_path)
+        config.enter(dataclasses.replace(config.current(), journal=str(self.journal_path)))
         signal.signal(signal.SIGINT, self._interrupt)
         gc.set_threshold(YOUNG_OBJECTS)
         atexit.register(self._at_exit)
@@ -218,7 +218,7 @@ class Session:
 
     def _interrupt(self, signum, frame):
         self.interrupted = True
-        if config.executor() == "ray":  # doit's threads wait on their tasks: cancelled, they end
+        if config.current().executor == "ray":  # doit's threads wait on their tasks: cancelled, they end
             cluster.cluster(self.root).cancel()
         raise KeyboardInterrupt
 

@@ -55,7 +55,7 @@ from ..pipeline.stage_table import BY_NAME, STAGES
 from ..pipeline.summary import first_line
 from ..pipeline.walker import Events, StageError, walk
 from ..planning.discover import forget
-from ..planning.library import CONTEXT, unknown_variables
+from ..planning.library import unknown_variables
 from ..project import config, reaper
 from . import doit_session
 from .doit_checks import CaseVerified, Planned, RuntimeCurrent, StageCached, UpToDate
@@ -180,7 +180,7 @@ VARIABLE_HELP = {
 
 def _print_variables() -> None:
     """After `doit help <task>`, which knows only a task's first doc line and its --options."""
-    names = [*VARIABLES, *CONTEXT]
+    names = [*VARIABLES, *config.RunContext.VARIABLES]
     width = max(map(len, names)) + 2
     print("\nvariables, as NAME=VALUE after the task names (`doit verify:rms_norm rounds=20`):")
     for name in names:
@@ -194,10 +194,13 @@ def tasks_for(root: Path, variables=()) -> dict:
     if unknown := unknown_variables(line.variables, variables):
         usage_error(f"{unknown}; `doit help verify` lists the variables")
     config.quiet_third_party_warnings()
-    # Workers fork after this: tell them how many share the cores (the profile: see Library).
-    os.environ.setdefault(config.WORKERS_ENV, str(line.workers))
+    # the run's context (its workers among it) is entered as the library is planned, before workers fork: Session
     session = doit_session.current = Session(Path(root).resolve(), line)
-    if (get_var("executor", None) or os.environ.get(config.EXECUTOR_ENV)) == "ray":
+    try:
+        executor = config.current().given(get_var).executor
+    except ValueError as exc:
+        usage_error(str(exc))
+    if executor == "ray":
         if line.options.get("par_type") == "process" and line.workers > 1:
             usage_error("executor=ray submits from one process, the Ray driver: leave out -P process (doit's -n "
                         "workers are then its threads, each waiting on a task of the cluster)")

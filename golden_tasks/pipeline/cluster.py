@@ -49,8 +49,8 @@ CLASS_SHARE = 0.001
 PLACEMENT_SECONDS = 120.0  # how long a multi-rank stage waits for its ranks' bundles before it fails
 # never uploaded with the checkout (beside the project's store and runs): gitignore patterns
 EXCLUDED = (".git", ".venv", ".doit.db*", "__pycache__")
-# the driver's variables a worker's stages read
-FORWARDED = (config.PROFILE_ENV, config.RANKS_ENV, config.SANDBOX_ENV, config.EXECUTOR_ENV, "CXX", "PYTHONWARNINGS")
+# the driver's variables a worker's stages read, besides the run's context (config.RunContext: sent with each task)
+FORWARDED = ("CXX", "PYTHONWARNINGS")
 # Ray's token authentication (Ray 2.52 and later): its mode, as every node and driver of a cluster must set it
 # alike (docs/cluster.md), and where a token is kept unless $RAY_AUTH_TOKEN or $RAY_AUTH_TOKEN_PATH say otherwise
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
@@ -60,7 +60,7 @@ DEFAULT_TOKEN = "~/.ray/auth_token"
 def producer(root: Path):
     """execution.execute's producer for this run's executor (config.executor): execution.produce_here, or the
     process's RayCluster for the project at `root`."""
-    return produce_here if config.executor() == "local" else cluster(Path(root).resolve()).produce
+    return produce_here if config.current().executor == "local" else cluster(Path(root).resolve()).produce
 
 
 @functools.cache
@@ -98,7 +98,7 @@ class RayCluster:
             # the refs travel inside a list, so that Ray hands them over unresolved: a node fetches only those
             # its store lacks
             ref = self._remote.options(**options).remote(stage.name, plan, upstream, [objects],
-                                                         (str(self.root), self._sources), crossing)
+                                                         (str(self.root), self._sources), crossing, self._context())
             with self._lock:
                 self.submitted += 1
                 self._in_flight.add(ref)
@@ -135,7 +135,7 @@ class RayCluster:
             if self.unreachable:
                 raise StageFailed(self.unreachable)
             if self._ray is None:
-                address = os.environ.get(config.RAY_ADDRESS_ENV)
+                address = config.current().ray_address
                 if address and (problem := _unreachable(address)):
                     self.unreachable = (f"cannot reach the Ray cluster at {address} (${config.RAY_ADDRESS_ENV} or "
                                          f"ray_address=): {problem}")
@@ -166,6 +166,12 @@ class RayCluster:
                 self._ray = ray
         return self._ray
 
+    @staticmethod
+    def _context() -> config.RunContext:
+        """The run's context as a task on a node runs in it: without the driver's journal and its workers (a
+        task's threads are the CPUs Ray gives it)."""
+        return dataclasses.replace(config.current(), journal=None, workers=1, threads=None)
+
     def _put(self, store: Store, entry, name: str, record: dict):
         """The ObjectRef of an upstream object, read from the store and checked (CorruptObject if damaged)."""
         digest = record["digest"]
@@ -183,7 +189,7 @@ class RayCluster:
         """(the task's Ray options, its placement group or None), once the cluster is known to have what they
         ask for (else a StageFailed naming what is missing)."""
         ray = self._ray
-        cpus = max(1, int(os.environ.get(config.THREADS_ENV) or 1))
+        cpus = config.current().threads or 1
         device = upstream[StageName.COMPILE].meta.get("device", "cpu") if StageName.COMPILE in upstream else "cpu"
         # a cluster with no GPU at all runs it anywhere: the node skips a CUDA kernel, as a machine without one does
         gpus = 1 if device == "cuda" and ray.cluster_resources().get("GPU", 0) >= 1 else 0
@@ -315,18 +321,18 @@ class Sent:
 
 
 def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkout: tuple,
-                case: CaseSource) -> Sent | DamagedUpstream | VerificationFailure:
+                case: CaseSource, context: config.RunContext) -> Sent | DamagedUpstream | VerificationFailure:
     """A Ray task, in a worker of the node Ray placed it on (its working directory: the job's copy of the
     checkout; `checkout`: the driver's path of it and its sources, see _checkout): execution.produce_here on
-    the node's own store, what it made sent back; a failure of the stage is returned, not raised, so that Ray
-    never retries it."""
+    the node's own store, in the run's `context` with the CPUs Ray gave the task, what it made sent back; a
+    failure of the stage is returned, not raised, so that Ray never retries it."""
     import ray  # noqa: PLC0415 -- this runs in a Ray worker
 
     try:
         root = _checkout(*checkout)
         os.chdir(root)  # as a local run's stages, which run in the project's root
         assigned = ray.get_runtime_context().get_assigned_resources().get("CPU") or 1
-        os.environ[config.THREADS_ENV] = str(max(1, int(assigned)))  # the CPUs Ray gave this task
+        config.enter(dataclasses.replace(context, threads=max(1, int(assigned))))
         project = config.Project.at(root, cache=config.node_store())
         project.layout.importable()
         store = project.store

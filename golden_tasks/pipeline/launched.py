@@ -32,7 +32,6 @@ from ..model.errors import StageFailed, VerificationFailure
 from ..model.verdicts import Verdict
 from ..planning.case import live_case
 from ..planning.library import Library
-from ..project import config
 from ..stages import load_checked
 from ..stages.dispatch import call_kernel
 from ..stages.validate import blank, judge
@@ -87,8 +86,8 @@ class RankVerdict:
 def verify(root: Path, case_name: str) -> tuple[int, str]:
     """Run this process's rank of `case_name`: (exit status, what to print; rank 0's says the verdict)."""
     rank, world = launched_rank()
-    os.environ[config.RANKS_ENV] = str(world)  # the case's specs follow the world size, as with ranks=N
-    library = Library(root, lambda name, default: default)
+    # the case's specs follow the world size, as with ranks=N
+    library = Library(root, lambda name, default: str(world) if name == "ranks" else default)
     plan = library.plans.get(case_name)
     if plan is None:
         raise LaunchError(library.project.layout.no_case(case_name))

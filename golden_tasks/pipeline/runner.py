@@ -104,9 +104,10 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, exe
     Setup errors (ABI mismatch, bad specs, compile errors) and validation
     mismatches come back as a failed RunResult with a precise message.
     """
-    chosen = {config.EXECUTOR_ENV: executor and config.one_of(executor, config.EXECUTORS, "executor")}
+    context = config.current().given(lambda name, default: executor if name == "executor" else default,
+                                     what="golden_tasks.run's argument")
     # torch's deprecation chatter is not the user's warnings
-    with config.third_party_warnings_hidden(), config.environment(chosen):
+    with config.third_party_warnings_hidden(), config.entered(context):
         return _run(fn, specs, golden, name, cache_dir, runs_dir, options)
 
 

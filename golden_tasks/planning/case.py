@@ -82,8 +82,8 @@ class Case(BenchSettings):
         if self.ranks is not None:
             world_size(self.ranks, f"case {self.name!r}")
         ranks = self.ranks or kernel.ranks
-        if ranks > 1 and config.ranks():
-            ranks = config.ranks()
+        if ranks > 1 and (run_ranks := config.current().ranks):
+            ranks = run_ranks
         specs = self._specs(ranks)
         names = [s.name for s in specs]
         dupes = sorted({n for n in names if names.count(n) > 1})

@@ -9,6 +9,7 @@ are unchanged; stale modules are planned in one subprocess (`python -m golden_ta
 which imports them. A module whose import ends that process (a crash, an exit) fails its own cases,
 under a record of what was read until then, and the others are planned in another.
 """
+import dataclasses
 import functools
 import json
 import os
@@ -89,7 +90,7 @@ def plan_in_subprocess(root: Path, modules: list, profile: str = None) -> dict:
     A module whose import ends that interpreter (a crash, an exit) fails its own cases (_ended), and the
     other modules are planned again without it. Raises RuntimeError, with the subprocess's stderr, when it
     fails otherwise."""
-    env = {**os.environ, config.PROFILE_ENV: profile} if profile else None
+    env = dataclasses.replace(config.current(), profile=profile).process_environment() if profile else None
     planned, left = {}, list(modules)
     while left:
         try:

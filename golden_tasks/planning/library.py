@@ -4,8 +4,8 @@ applied (doit's `NAME=VALUE` arguments, or the console script's), and its store.
 Used by the doit adapter and the `golden-tasks` console script alike; imports
 neither doit nor torch.
 """
+import dataclasses
 import difflib
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,15 +14,15 @@ from ..project import config
 from .discover import load_plans
 
 
-def run_variables(root: Path, get: Callable) -> dict:
+def run_variables(root: Path, get: Callable, workers: int | None = None) -> dict:
     """The run's variables that override plan fields (name -> text), each checked: a bad value
-    is a ValueError naming it, whether or not any case exists. `get(name, default)` reads one;
-    `profile=NAME` and `ranks=N` are exported to the environment (see apply_context). The project's
-    layout gives the profile and backend a run does not (below $GOLDEN_TASKS_PROFILE too)."""
+    is a ValueError naming it, whether or not any case exists. `get(name, default)` reads one.
+    The run's context (config.RunContext: profile=NAME, ranks=N, sandbox=, executor=, ray_address=, and
+    `workers`, doit's -n) is entered here, where a run starts. The project's layout gives the profile and
+    backend a run does not (below $GOLDEN_TASKS_PROFILE too)."""
     project = config.Project.at(root).layout
-    if project.profile:
-        os.environ.setdefault(config.PROFILE_ENV, project.profile)
-    apply_context(get)
+    context = config.current().given(get, project.profile)
+    config.enter(dataclasses.replace(context, workers=workers) if workers else context)
     values = {name: value for name in VARIABLES if (value := get(name, None)) is not None}
     if project.backend and "backend" not in values:
         values["backend"] = project.backend
@@ -30,38 +30,16 @@ def run_variables(root: Path, get: Callable) -> dict:
     return values
 
 
-# Variables that are not plan fields, exported as their environment variable: what planning itself depends on
-# (a case's specs may follow the profile and the world size), how kernels are confined, where stages run.
-CONTEXT = {"profile": config.PROFILE_ENV, "ranks": config.RANKS_ENV, "sandbox": config.SANDBOX_ENV,
-           "executor": config.EXECUTOR_ENV, "ray_address": config.RAY_ADDRESS_ENV}
-
-
 def unknown_variables(names, own=()) -> str:
     """Why some of the NAME=VALUE `names` are read by no one ("" if all are known: ours, or `own`, a
     dodo.py's own), with the nearest known name: doit would ignore them, so a misspelt `timout=5` would
     change nothing in silence."""
-    known = {*VARIABLES, *CONTEXT, *own}
+    known = {*VARIABLES, *config.RunContext.VARIABLES, *own}
     unknown = [name for name in names if name not in known]
     hints = [name + (f" (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, n=1,
                                                                                             cutoff=0.6)) else "")
              for name in unknown]
     return f"unknown doit variable{'s' * (len(unknown) > 1)} {', '.join(hints)}" if unknown else ""
-
-
-def apply_context(get: Callable) -> None:
-    """The CONTEXT variables (profile=NAME, ranks=N, sandbox=, executor=, ray_address=), each checked:
-    export each as its environment variable (over any set before), for the planning subprocess and the
-    stages, in this process and the workers it forks; absent, the environment is left as it is."""
-    ranks = get("ranks", None)
-    if ranks is not None and not (ranks.isdigit() and int(ranks) >= 1):
-        raise ValueError(f"doit variable ranks={ranks!r} is not a world size (an integer >= 1)")
-    if (sandbox := get("sandbox", None)) is not None:
-        config.one_of(sandbox, config.SANDBOX_MODES, "doit variable sandbox")
-    if (executor := get("executor", None)) is not None:
-        config.one_of(executor, config.EXECUTORS, "doit variable executor")
-    for name, env in CONTEXT.items():
-        if (value := get(name, None)) is not None:
-            os.environ[env] = value
 
 
 def planned_library(root: Path, store, values: dict) -> dict:
@@ -80,10 +58,10 @@ def planned_library(root: Path, store, values: dict) -> dict:
 class Library:
     """The planned kernel library of one project checkout, with its store."""
 
-    def __init__(self, root: Path, get: Callable):
+    def __init__(self, root: Path, get: Callable, workers: int | None = None):
         self.root, self.project = root, config.Project.at(root)
         self.project.layout.importable()  # the kernel modules import by name here and in every process started after
-        values = run_variables(root, get)
+        values = run_variables(root, get, workers)
         self.store = self.project.store
         self.plans = planned_library(root, self.store, values)
 

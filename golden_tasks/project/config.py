@@ -1,4 +1,4 @@
-"""Where things live, overridable by environment variables."""
+"""Where things live, overridable by environment variables, and the run's context (RunContext)."""
 import atexit
 import contextlib
 import dataclasses
@@ -8,7 +8,9 @@ import os
 import re
 import shutil
 import tempfile
+import typing
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from ..storage.store import Store
@@ -70,22 +72,6 @@ def third_party_warnings_hidden():
                 logging.getLogger(name).setLevel(level)
 
 
-@contextlib.contextmanager
-def environment(values: dict):
-    """The environment variables in `values` set for the block (a value of None leaves its variable as it
-    is), and restored after it."""
-    given = {name: os.environ.get(name) for name, value in values.items() if value is not None}
-    os.environ.update({name: value for name, value in values.items() if value is not None})
-    try:
-        yield
-    finally:
-        for name, value in given.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def quiet_third_party_warnings() -> None:
     """Hide THIRD_PARTY_WARNINGS here, in the processes forked from here, and (through PYTHONWARNINGS,
     appended to what the user set) in every Python process started from here: the isolation
@@ -99,46 +85,22 @@ def quiet_third_party_warnings() -> None:
     quiet_third_party_logs()
 
 
-def profile(known=None) -> str:
-    """The active size profile: $GOLDEN_TASKS_PROFILE (set by `doit ... profile=NAME`), else "default".
-
-    Kernel modules with sized profiles read it at import, `PROFILES[golden_tasks.profile(PROFILES)]`:
-    given the names a module knows (`known`), a name not among them is a ValueError that lists them.
-    The name is always checked to be a plain word, since it names the cache directory of the plans
-    made under it.
-    """
-    name = os.environ.get(PROFILE_ENV) or DEFAULT_PROFILE
-    if not re.fullmatch(r"\w[\w.-]*", name):
-        raise ValueError(f"profile {name!r} is not a name (letters, digits, _ . -)")
-    if known is not None and name not in known:
-        raise ValueError(f"unknown profile {name!r} (profile=NAME or ${PROFILE_ENV}); this module's profiles: "
-                         f"{', '.join(sorted(known))}")
-    return name
+def _profile_name(text: str, given_as: str) -> str:
+    if not re.fullmatch(r"\w[\w.-]*", text):
+        raise ValueError(f"{given_as} {text!r} is not a name (letters, digits, _ . -)")
+    return text
 
 
-def ranks() -> int:
-    """The world size every multi-rank case runs at in this run: $GOLDEN_TASKS_RANKS (set by
-    `doit ... ranks=N`), else None (each case's own). Kernels with one rank are not affected."""
-    text = os.environ.get(RANKS_ENV)
-    if not text:
-        return None
+def _world_size(text: str, given_as: str) -> int:
     if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"ranks={text!r} is not a world size (an integer >= 1)")
+        raise ValueError(f"{given_as}={text!r} is not a world size (an integer >= 1)")
     return int(text)
 
 
-def planning_context() -> str:
-    """The name of what plans depend on besides sources: the profile, and a world size if one is
-    set (a case's specs may follow it)."""
-    return profile() + (f".ranks{ranks()}" if ranks() else "")
-
-
-def sandbox() -> str:
-    """How kernels run ($GOLDEN_TASKS_SANDBOX, set by `doit ... sandbox=MODE`): "auto" (the default)
-    confined (golden_tasks.project.sandbox) where this machine can confine a process and unconfined, said once
-    per run, where it cannot; "required" refuses to run a kernel it cannot confine; "off" never confines
-    (kernels you trust that must write outside: a trace, a log)."""
-    return one_of(os.environ.get(SANDBOX_ENV) or "auto", SANDBOX_MODES, "sandbox")
+def _count(text: str, given_as: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"{given_as}={text!r} is not a count (an integer >= 1)")
+    return max(1, int(text))
 
 
 def one_of(value: str, choices: tuple, given_as: str) -> str:
@@ -148,11 +110,126 @@ def one_of(value: str, choices: tuple, given_as: str) -> str:
     return value
 
 
-def executor() -> str:
-    """Where the stages that must run run ($GOLDEN_TASKS_EXECUTOR, set by `doit ... executor=ray`): "local"
-    (the default: here, and in doit's workers), or "ray": each as a task on the Ray cluster at $RAY_ADDRESS
-    (golden_tasks.pipeline.cluster)."""
-    return one_of(os.environ.get(EXECUTOR_ENV) or "local", EXECUTORS, "executor")
+# RunContext's fields: (the environment variable a process finds it in, how its text is read and checked)
+_CONTEXT = {
+    "profile": (PROFILE_ENV, _profile_name),
+    "ranks": (RANKS_ENV, _world_size),
+    "sandbox": (SANDBOX_ENV, lambda text, given_as: one_of(text, SANDBOX_MODES, given_as)),
+    "executor": (EXECUTOR_ENV, lambda text, given_as: one_of(text, EXECUTORS, given_as)),
+    "ray_address": (RAY_ADDRESS_ENV, lambda text, given_as: text),
+    "workers": (WORKERS_ENV, _count),
+    "threads": (THREADS_ENV, _count),
+    "journal": (JOURNAL_ENV, lambda text, given_as: text),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What every process of one run agrees on: the size profile and world size its cases are planned under
+    (a case's specs may follow both), how kernels are confined (sandbox), where the stages that must run run
+    (executor, ray_address), how many of doit's workers share the cores (workers) or how many CPUs a stage was
+    given (threads: a cluster task's), and the journal doit's workers append their outcomes to.
+
+    It is built where a run starts, over the environment the run was started in: by the doit parent and the
+    console script from their NAME=VALUE variables (planning.library.run_variables), by golden_tasks.run from its
+    arguments, by a launched rank from torchrun's world size, by a cluster task from the context its driver
+    sent it (pipeline.cluster.run_on_node). `enter` is the one place its settings are written to the
+    environment: that is how they reach what only an environment reaches, the processes a run starts later (the
+    planning subprocess, isolated children, doit's forked workers) and the user's kernel modules, which read the
+    profile and world size as they import (golden_tasks.profile()). golden-tasks reads it with `current()`."""
+    profile: str = DEFAULT_PROFILE
+    ranks: int | None = None  # None: each case's own world size
+    sandbox: str = "auto"
+    executor: str = "local"
+    ray_address: str | None = None
+    workers: int = 1
+    threads: int | None = None  # None: the cores shared among the workers
+    journal: str | None = None
+
+    # the fields a run's NAME=VALUE variables set (doit's, the console script's)
+    VARIABLES: typing.ClassVar[tuple] = ("profile", "ranks", "sandbox", "executor", "ray_address")
+
+    def given(self, get: Callable, default_profile: str | None = None, what: str = "doit variable") -> "RunContext":
+        """This context with a run's variables over it (`get(name, default)` reads one: doit's get_var), each
+        checked (a ValueError names it, as a `what`); `default_profile` (the project layout's) where neither
+        they nor the environment name one."""
+        values = {name: read(text, f"{what} {name}") for name in self.VARIABLES
+                  if (text := get(name, None)) is not None for read in [_CONTEXT[name][1]]}
+        if default_profile and "profile" not in values and not os.environ.get(PROFILE_ENV):
+            values["profile"] = _profile_name(default_profile, "the project's profile")
+        return dataclasses.replace(self, **values)
+
+    def environment(self) -> dict:
+        """Its settings as the environment variables a process started in it reads (None: unset)."""
+        return {env: None if (value := getattr(self, name)) is None else str(value)
+                for name, (env, _) in _CONTEXT.items()}
+
+    def process_environment(self) -> dict:
+        """The environment of a process started in this context: this process's, with its settings."""
+        given = {**os.environ, **self.environment()}
+        return {name: value for name, value in given.items() if value is not None}
+
+    def threads_per_worker(self) -> int:
+        """The threads a stage's thread pools get: `threads` if given, else the cores shared among the workers."""
+        return self.threads or max(1, (os.cpu_count() or 1) // self.workers)
+
+
+def current() -> RunContext:
+    """The context of the run this process belongs to, entered here or in the process that started this one; a
+    ValueError names a variable whose value is wrong. Asked for every key (toolchain): read once per value."""
+    return _context_of(tuple(os.environ.get(env) for env, _ in _CONTEXT.values()))
+
+
+@functools.cache
+def _context_of(texts: tuple) -> RunContext:
+    return RunContext(**{name: read(text, name) for (name, (_, read)), text in zip(_CONTEXT.items(), texts) if text})
+
+
+def enter(context: RunContext) -> None:
+    """Make `context` this process's, and that of every process it starts from now on."""
+    _set_environment(context.environment())
+
+
+@contextlib.contextmanager
+def entered(context: RunContext):
+    """`context` this process's for the block only (golden_tasks.run, in the caller's process)."""
+    given = {env: os.environ.get(env) for env, _ in _CONTEXT.values()}
+    enter(context)
+    try:
+        yield context
+    finally:
+        _set_environment(given)
+
+
+def _set_environment(values: dict) -> None:
+    """Set each variable of `values`, unsetting those whose value is None."""
+    for env, value in values.items():
+        if value is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = value
+
+
+def profile(known=None) -> str:
+    """The active size profile (RunContext.profile: `doit ... profile=NAME`, $GOLDEN_TASKS_PROFILE, the
+    project's, else "default").
+
+    Kernel modules with sized profiles read it at import, `PROFILES[golden_tasks.profile(PROFILES)]`:
+    given the names a module knows (`known`), a name not among them is a ValueError that lists them.
+    The name is always a plain word, since it names the cache directory of the plans made under it.
+    """
+    name = current().profile
+    if known is not None and name not in known:
+        raise ValueError(f"unknown profile {name!r} (profile=NAME or ${PROFILE_ENV}); this module's profiles: "
+                         f"{', '.join(sorted(known))}")
+    return name
+
+
+def planning_context() -> str:
+    """The name of what plans depend on besides sources: the profile, and a world size if one is
+    set (a case's specs may follow it)."""
+    context = current()
+    return context.profile + (f".ranks{context.ranks}" if context.ranks else "")
 
 
 def node_store() -> Path:
@@ -250,7 +327,8 @@ def _folder(given: Path, env: str, declared: Path, default: Path) -> Path:
 
 
 def apply_threads() -> int:
-    """Size this process's thread pools: torch's, and OpenMP's for compiled kernels.
+    """Size this process's thread pools, torch's and OpenMP's for compiled kernels, to the run's threads per
+    worker (RunContext.threads_per_worker).
 
     AOTInductor artifacts link the system OpenMP runtime, which torch's
     set_num_threads does not reach; it reads OMP_NUM_THREADS when an artifact
@@ -258,15 +336,7 @@ def apply_threads() -> int:
     """
     import torch  # noqa: PLC0415 -- only in processes that run stages
 
-    threads = torch_threads()
+    threads = current().threads_per_worker()
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
     return threads
-
-
-def torch_threads() -> int:
-    """Threads per worker: $GOLDEN_TASKS_THREADS, else the cores shared among doit's workers."""
-    if os.environ.get(THREADS_ENV):
-        return max(1, int(os.environ[THREADS_ENV]))
-    workers = max(1, int(os.environ.get(WORKERS_ENV) or 1))
-    return max(1, (os.cpu_count() or 1) // workers)

@@ -100,7 +100,7 @@ def toolchain() -> dict:
     (a process that changes $CXX must not key with the compiler it had before), cached per value:
     the same values give the same dict object (graph keys its memo of keys by it)."""
     environ = os.environ
-    return _toolchain_of(environ.get("CXX"), environ.get("CUDA_VISIBLE_DEVICES"), environ.get(config.SANDBOX_ENV))
+    return _toolchain_of(environ.get("CXX"), environ.get("CUDA_VISIBLE_DEVICES"), config.current().sandbox)
 
 
 @functools.cache
@@ -112,7 +112,7 @@ def _toolchain_of(*variables) -> dict:
 def confinement() -> str:
     """How kernels run here: "confined", "off" (sandbox=off), or why this machine cannot confine them.
     A verdict made unconfined is never one a confined run reuses."""
-    mode = config.sandbox()
+    mode = config.current().sandbox
     return "off" if mode == "off" else sandbox.support() or "confined"  # support(): cached, once a process
 
 
@@ -158,7 +158,7 @@ def machine() -> dict:
     read on every call, as toolchain() reads it. On a cluster (executor=ray) a stage runs on any node
     of this machine's class (node_class), so its hardware stands for the machine, not its host name."""
     found = {**hardware(), "visible": visible_gpus()}
-    if config.executor() == "ray":
+    if config.current().executor == "ray":
         del found["host"]
     return found
 

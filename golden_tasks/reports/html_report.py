@@ -258,7 +258,7 @@ def main(argv=None) -> int:
     store = config.Project.at(project).store
     plots = {row.case: remembered_plots(store, row) for row in record.cases}
     undrawn = [row for row in record.cases if plots[row.case] is None]
-    drawers = min(len(undrawn), max(1, int(os.environ.get(config.WORKERS_ENV) or 1)), os.cpu_count() or 1)
+    drawers = min(len(undrawn), config.current().workers, os.cpu_count() or 1)
     # by the module's import name, so that a drawing process finds its functions (not in its __main__)
     this = importlib.import_module("golden_tasks.reports.html_report")
     if drawers > 1:  # as many drawing processes as doit had workers: figures cost ~0.2 s a case
