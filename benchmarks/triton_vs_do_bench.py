@@ -62,7 +62,7 @@ def do_bench_us(case_name: str) -> float:
     (case,) = [c.resolved(m) for m in modules for c in module_cases(m) if c.name == case_name]
     tensors = {s.name: make(s, case.seed).cuda() if s.kind == "tensor" else s.value for s in case.specs}
     launcher, options = case.kernel, case.options or {}
-    args = [tensors[row["name"]] for row in launcher.params()]
+    args = [tensors[row.name] for row in launcher.params()]
     return triton.testing.do_bench(lambda: launcher(*args, **options), return_mode="mean") * 1e3
 
 

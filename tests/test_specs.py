@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from golden_tasks import ScalarSpec, SpecError, TensorSpec
+from golden_tasks.model.rows import ParamRow, SignatureRow
 from golden_tasks.model.specs import canary, signature_of, stamp_all, unwritten
 
 
@@ -65,10 +66,11 @@ def test_direction_is_stamped_never_guessed():
 
 def test_stamp_all_and_signature():
     specs = [TensorSpec("x", (2,), torch.float32), ScalarSpec("k", torch.int32, 3)]
-    table = [{"name": "k", "direction": "in"}, {"name": "x", "direction": "inout"}]
+    table = [ParamRow("k", "scalar", "in"), ParamRow("x", "tensor", "inout")]
     x, k = stamp_all(specs, table)
     assert x.direction == "inout" and k.direction == "in"
-    assert signature_of(specs[1]) == {"name": "k", "kind": "scalar", "shape": [], "dtype": "int32", "value": 3}
+    assert signature_of(specs[1]) == SignatureRow("k", "scalar", (), "int32", value=3)
+    assert signature_of(specs[1]).to_json() == {"name": "k", "kind": "scalar", "shape": [], "dtype": "int32", "value": 3}
 
 
 @pytest.mark.parametrize("resident, match", [(True, "resident=True is ambiguous or unknown"),
@@ -81,9 +83,9 @@ def test_resident_is_a_rank_or_stacked_and_true_is_refused(resident, match):
 
 def test_resident_places_a_tensor_and_enters_its_signature():
     assert TensorSpec("x", (2, 3), torch.float32, resident=False).resident is None
-    assert "resident" not in signature_of(TensorSpec("x", (2, 3), torch.float32))
-    assert signature_of(TensorSpec("x", (2, 3), torch.float32, resident="stacked"))["resident"] == "stacked"
-    assert signature_of(TensorSpec("x", (2, 3), torch.float32, resident=1))["resident"] == 1
+    assert "resident" not in signature_of(TensorSpec("x", (2, 3), torch.float32)).to_json()
+    assert signature_of(TensorSpec("x", (2, 3), torch.float32, resident="stacked")).resident == "stacked"
+    assert signature_of(TensorSpec("x", (2, 3), torch.float32, resident=1)).resident == 1
     with pytest.raises(SpecError, match="needs a leading dim"):
         TensorSpec("x", (), torch.float32, resident="stacked")
 

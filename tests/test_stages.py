@@ -28,8 +28,7 @@ SPECS = [TensorSpec("x", (3, 4), torch.float32, torch.randn), TensorSpec("total"
          ScalarSpec("scale", torch.float32, 2.0), TensorSpec("out", (3, 4), torch.float32, float("nan"))]
 CASE = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc).resolved()
 PLAN = Plan(case="acc", seed=3, params=acc.params(), bench={"warmup": 1, "rounds": 2}, timeout=60.0,
-            signature=[{"name": s.name, "kind": s.kind, "shape": list(s.shape), "dtype": str(s.dtype)[6:]}
-                       for s in SPECS])
+            signature=[signature_of(s) for s in SPECS])
 
 
 @pytest.fixture
@@ -41,7 +40,7 @@ def upstream(tmp_path):
 
 def test_abi_stamps_directions_and_needs_no_case(upstream):
     checked, _ = upstream
-    assert [r["direction"] for r in checked.meta.table] == ["in", "inout", "in", "out"]
+    assert [r.direction for r in checked.meta.table] == ["in", "inout", "in", "out"]
 
 
 def test_abi_collects_every_mismatch_into_one_message(tmp_path):
@@ -78,7 +77,7 @@ def test_golden_gets_its_own_out_init_and_is_timed_apart(upstream, tmp_path):
 
 
 def compiled(tmp_path, checked):
-    specs = [s.stamped(r["direction"]) for s, r in zip(SPECS, checked.meta.table)]
+    specs = [s.stamped(r.direction) for s, r in zip(SPECS, checked.meta.table)]
     artifact = acc.compile(specs, {"backend": "eager"}, tmp_path)
     return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module="golden_tasks.forms.jit",
                                                           table=artifact.table))
@@ -153,7 +152,7 @@ def test_a_failed_validation_says_what_is_worst_about_the_outputs(wrong, worst, 
 def test_dispatch_refuses_an_artifact_whose_table_differs(upstream, tmp_path):
     checked, made = upstream
     artifact = compiled(tmp_path, checked)
-    artifact.meta.table[0] = {**artifact.meta.table[0], "shape": [3, 5]}
+    artifact.meta.table[0] = dataclasses.replace(artifact.meta.table[0], shape=(3, 5))
     with pytest.raises(StageFailed, match="artifact parameter table differs from the ABI-checked one"):
         dispatch.run(None, PLAN, tmp_path, Upstream(abi=checked, compile=artifact, inputs=made))
 

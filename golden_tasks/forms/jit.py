@@ -45,7 +45,7 @@ class JitKernel(KernelForm):
         return f"<jit kernel {self.name}>"
 
     def params(self) -> list:
-        return [dict(row) for row in self._params]
+        return list(self._params)
 
     def compile(self, specs, options, workdir):
         ranks = options.get("ranks", self.ranks)
@@ -160,7 +160,7 @@ class AotiArtifact(Artifact):
     def load(self):
         with _as_pt2(self.files["kernel.pt2"]) as package:
             runner = torch._inductor.aoti_load_package(str(package))
-        tensor_slots = [i for i, row in enumerate(self.table) if row["kind"] == "tensor"]
+        tensor_slots = [i for i, row in enumerate(self.table) if row.kind == "tensor"]
 
         def call(*args):
             runner(*[args[i] for i in tensor_slots])

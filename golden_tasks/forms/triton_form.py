@@ -142,7 +142,7 @@ class TritonKernel(KernelForm):
         return _rebuilt, (_dumps(self.fn, {}), triton_interpreted())
 
     def params(self) -> list:
-        return [dict(row) for row in self._params]
+        return list(self._params)
 
     def compile(self, specs, options, workdir):
         given = {k: v for k, v in options.items() if k not in NOT_META}

@@ -13,6 +13,7 @@ import torch
 
 from .errors import SpecError
 from .origin import described
+from .rows import STACKED, Directed, ParamRow, SignatureRow, view_shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +65,6 @@ def dtype_of(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-STACKED = "stacked"  # TensorSpec.resident: the leading dim is the rank
-
 # The content of an Out buffer that has no initial content (no init_value), as raw bits: a NaN whose
 # payload arithmetic on numbers never makes (floats), an unlikely pattern (integers). An element that
 # still holds it after the kernel ran was not written. bool has no spare value: such an Out is zeros.
@@ -103,24 +102,16 @@ def unwritten(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(word) == value
 
 
-class _Stampable:
+class _Stampable(Directed):
     name: str
     _direction: str | None = None
 
-    @property
-    def direction(self) -> str:
+    @property  # read-only, and unreadable until stamped: Directed only reads it
+    def direction(self) -> str:  # type: ignore[override]
         if self._direction is None:
             raise SpecError(f"spec {self.name!r}: direction read before the ABI stage stamped it "
                             "(directions come from the kernel signature)")
         return self._direction
-
-    @property
-    def is_input(self) -> bool:
-        return self.direction in ("in", "inout")
-
-    @property
-    def is_output(self) -> bool:
-        return self.direction in ("out", "inout")
 
     def stamped(self, direction: str) -> Self:
         """A copy of this spec carrying the direction read off the artifact."""
@@ -147,7 +138,7 @@ class TensorSpec(_Stampable):
     shape: tuple
     dtype: torch.dtype
     init_value: Any = None
-    resident: object | None = None
+    resident: int | str | None = None
     kind = "tensor"
 
     def __post_init__(self):
@@ -244,9 +235,9 @@ class ScalarSpec(_Stampable):
         return torch.tensor(self.value, dtype=self.dtype)
 
 
-def declared_params(fn, typed=False, meta_keywords=False) -> list:
-    """The parameter table `fn`'s annotations declare: {"name", "kind", "direction"} rows, plus
-    "dtype" for typed markers (the ABI stage checks it). `typed`: every marker must carry a dtype.
+def declared_params(fn, typed=False, meta_keywords=False) -> list[ParamRow]:
+    """The parameter table `fn`'s annotations declare: name, kind and direction, and the dtype of a typed
+    marker (the ABI stage checks it). `typed`: every marker must carry a dtype.
     `meta_keywords`: keyword-only parameters are meta-parameters (a Triton launcher's), not in the table."""
     rows = []
     for p in inspect.signature(fn, eval_str=True).parameters.values():
@@ -257,41 +248,24 @@ def declared_params(fn, typed=False, meta_keywords=False) -> list:
             need = ("a typed annotation such as In[torch.float32]" if typed
                     else "an In, Out, InOut or Scalar annotation")
             raise TypeError(f"kernel {fn.__name__}: parameter {p.name!r} needs {need}, got {marker!r}")
-        rows.append({"name": p.name, "kind": marker.kind, "direction": marker.direction}
-                    | ({"dtype": marker.dtype} if marker.dtype else {}))
+        rows.append(ParamRow(p.name, marker.kind, marker.direction, marker.dtype))
     return rows
 
 
-def table_of(specs, tensor_meta) -> list:
+def table_of(specs, tensor_meta) -> list[ParamRow]:
     """An artifact's parameter table rows; tensor (shape, dtype name) pairs come from `tensor_meta`, in order."""
     rows, metas = [], iter(tensor_meta)
     for s in specs:
         shape, dtype = next(metas) if s.kind == "tensor" else ((), dtype_name(s.dtype))
-        rows.append({"name": s.name, "kind": s.kind, "direction": s.direction,
-                     "shape": list(shape), "dtype": dtype})
+        rows.append(ParamRow(s.name, s.kind, s.direction, dtype, tuple(shape)))
     return rows
 
 
-def signature_of(spec) -> dict:
+def signature_of(spec) -> SignatureRow:
     """The spec's part of the ABI: name, kind, shape, dtype (a scalar's value; a resident tensor's place)."""
-    sig = {"name": spec.name, "kind": spec.kind, "shape": list(spec.shape), "dtype": dtype_name(spec.dtype)}
     if spec.kind == "scalar":
-        sig["value"] = spec.value
-    elif spec.resident is not None:
-        sig["resident"] = spec.resident
-    return sig
-
-
-def placement_of(signature: list) -> dict:
-    """Where each resident tensor of a signature (`signature_of` rows) lives across ranks: name ->
-    TensorSpec.resident (AbiMeta.placement)."""
-    return {s["name"]: s["resident"] for s in signature if s.get("resident") is not None}
-
-
-def view_shape(shape, resident) -> list:
-    """The shape one rank of a multi-rank kernel receives of a tensor of `shape` placed by
-    `resident`: a stacked tensor's slice (its leading dim is the rank); anything else whole."""
-    return list(shape[1:] if resident == STACKED else shape)
+        return SignatureRow(spec.name, spec.kind, (), dtype_name(spec.dtype), value=spec.value)
+    return SignatureRow(spec.name, spec.kind, spec.shape, dtype_name(spec.dtype), resident=spec.resident)
 
 
 def rank_view(spec):
@@ -303,7 +277,7 @@ def rank_view(spec):
     return view if spec._direction is None else view.stamped(spec._direction)
 
 
-def stamp_all(specs, table) -> list:
+def stamp_all(specs, table: list[ParamRow]) -> list:
     """Stamp each spec with the direction of the same-named row of an ABI-checked table."""
-    directions = {row["name"]: row["direction"] for row in table}
+    directions = {row.name: row.direction for row in table}
     return [s.stamped(directions[s.name]) for s in specs]

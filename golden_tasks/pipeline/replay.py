@@ -21,7 +21,7 @@ from ..model.hashing import digest_file
 from ..model.outputs import POLICY_FILE, ValidateMeta
 from ..model.plan import REPLAY_MEANING, from_json
 from ..model.records import BadRecord, Manifest
-from ..model.specs import placement_of
+from ..model.rows import placement_of
 from ..planning.discover import plan_in_subprocess
 from ..project.config import DEFAULT_PROFILE, Project
 from ..project.fingerprint_parts import changed_parts
@@ -132,7 +132,7 @@ def staleness(path: Path, manifest: Manifest, project: Path) -> list:
                         "is all that is left of it"]
     current, saved = plans[0], manifest.fingerprints
     for field, meaning in REPLAY_MEANING.items():
-        if field in saved and getattr(current, field) != saved[field]:  # dirs written before a field was recorded
+        if field in saved and current.field_json(field) != saved[field]:  # dirs written before a field was recorded
             detail = ""
             if field in current.parts:
                 old, new = saved["parts"].get(field, {}), current.parts[field]

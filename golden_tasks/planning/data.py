@@ -17,6 +17,7 @@ import torch
 from ..model.errors import SpecError
 from ..model.hashing import digest_file
 from ..model.records import BadRecord, Manifest
+from ..model.rows import ParamRow
 from ..model.specs import dtype_name
 from ..project.observe import listed
 from ..storage.tensors import map_raw
@@ -48,18 +49,18 @@ def read(root, folder: str, name: str) -> torch.Tensor:
     return map_raw(path, tensors[f"{RUNTIME_FOLDERS[folder]}/{name}.bin"])
 
 
-def required(params: list) -> dict:
+def required(params: list[ParamRow]) -> dict:
     """folder -> parameter names that must have a file there, per the parameter's kind and direction."""
     need = {"in": [], "out": []}
     for p in params:
-        if p["kind"] == "scalar" or p["direction"] in ("in", "inout"):
-            need["in"].append(p["name"])
-        if p["kind"] == "tensor" and p["direction"] in ("out", "inout"):
-            need["out"].append(p["name"])
+        if p.kind == "scalar" or p.is_input:
+            need["in"].append(p.name)
+        if p.kind == "tensor" and p.is_output:
+            need["out"].append(p.name)
     return need
 
 
-def describe(case, params: list) -> tuple[dict, set]:
+def describe(case, params: list[ParamRow]) -> tuple[dict, set]:
     """({"data_in": {name: digest}, "data_out": {...}}, files read) for a resolved case.
 
     Raises SpecError listing every missing file, and naming each file whose

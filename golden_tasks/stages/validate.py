@@ -8,7 +8,8 @@ import dataclasses
 from ..model.compare import Allclose, Policy, allclose
 from ..model.origin import dumps_by_value
 from ..model.outputs import POLICY_FILE, Upstream, ValidateMeta, Worst
-from ..model.specs import STACKED, unwritten
+from ..model.rows import STACKED
+from ..model.specs import unwritten
 from . import Outputs, StageFailed
 
 
