@@ -2,7 +2,6 @@ import torch
 
 from golden_tasks import TensorSpec
 from golden_tasks.model.rows import ParamRow, SignatureRow
-from golden_tasks.model.specs import signature_of
 from golden_tasks.stages.abi import problems
 
 
@@ -56,7 +55,7 @@ def test_resident_specs_must_fit_the_world_size():
     params = [ParamRow("x", "tensor", "in"), ParamRow("w", "tensor", "in"), ParamRow("out", "tensor", "out")]
     specs = [TensorSpec("x", (3, 4), torch.float32, resident="stacked"),
              TensorSpec("w", (4,), torch.float32, resident=2), TensorSpec("out", (4,), torch.float32)]
-    assert problems(params, [signature_of(s) for s in specs], ranks=2) == [
+    assert problems(params, [s.signature for s in specs], ranks=2) == [
         "spec 'x': resident='stacked' needs leading dim 2 (one slice per rank of world size 2), spec has shape [3, 4]",
         "spec 'w': resident=2 names a rank outside world size 2"]
-    assert problems(params, [signature_of(s) for s in specs], ranks=3) == []
+    assert problems(params, [s.signature for s in specs], ranks=3) == []

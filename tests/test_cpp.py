@@ -19,7 +19,6 @@ from golden_tasks.forms.cpp import (
 )
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.model.rows import ParamRow
-from golden_tasks.model.specs import signature_of
 from golden_tasks.project.fingerprint import Fingerprinter
 from golden_tasks.project.fingerprint_parts import parts
 from golden_tasks.stages import abi
@@ -128,7 +127,7 @@ def test_declared_dtypes_are_checked_by_abi_and_compile(project, tmp_path):
     assert kernel.params()[0] == ParamRow("x", "tensor", "in", "float32")
     specs = axpy_specs()
     specs[0] = TensorSpec("x", (10,), torch.float64)
-    assert abi.problems(kernel.params(), [signature_of(s) for s in specs]) == ["parameter 'x': kernel expects dtype float32, spec has float64"]
+    assert abi.problems(kernel.params(), [s.signature for s in specs]) == ["parameter 'x': kernel expects dtype float32, spec has float64"]
     with pytest.raises(CompileError, match="parameter 'x' is declared float32, spec has float64"):
         kernel.compile(stamped(kernel, specs), {}, tmp_path)
 

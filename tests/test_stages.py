@@ -9,7 +9,7 @@ from golden_tasks.model.compare import Allclose, Policy
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.model.outputs import CompileMeta, InputsMeta, Upstream, Worst
 from golden_tasks.model.plan import Plan
-from golden_tasks.model.specs import signature_of, stamp_all
+from golden_tasks.model.specs import stamp_all
 from golden_tasks.stages import BenchSettings, Outputs, abi, dispatch, golden, golden_bench, inputs, measure, validate
 
 
@@ -28,7 +28,7 @@ SPECS = [TensorSpec("x", (3, 4), torch.float32, torch.randn), TensorSpec("total"
          ScalarSpec("scale", torch.float32, 2.0), TensorSpec("out", (3, 4), torch.float32, float("nan"))]
 CASE = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc).resolved()
 PLAN = Plan(case="acc", seed=3, params=acc.params(), bench={"warmup": 1, "rounds": 2}, timeout=60.0,
-            signature=[signature_of(s) for s in SPECS])
+            signature=[s.signature for s in SPECS])
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_an_out_without_init_value_starts_as_the_canary_and_what_is_left_is_name
 
     specs = [TensorSpec("x", (4, 3), torch.float32, torch.randn), TensorSpec("out", (4, 3), torch.float32)]
     case = Case("half", specs=specs, kernel=half, golden=lambda t: t["out"][:2].copy_(t["x"][:2])).resolved()
-    plan = dataclasses.replace(PLAN, case="half", params=half.params(), signature=[signature_of(s) for s in specs])
+    plan = dataclasses.replace(PLAN, case="half", params=half.params(), signature=[s.signature for s in specs])
     checked = abi.run(None, plan, tmp_path, Upstream())
     made = inputs.run(case, plan, tmp_path, Upstream(abi=checked))
     assert set(made.tensors) == {"x"}  # the Out has no initial content

@@ -218,8 +218,7 @@ class CppKernel(KernelForm):
                                f"{shlex.join(self.flags)}): declare these flags in @cpp(flags=...)")
         call = {"symbol": self.symbol, "device": "cuda" if self.cuda else "cpu"}
         (workdir / "call.json").write_text(json.dumps(call))
-        table = table_of(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])
-        return CppArtifact(table, {"kernel.so": workdir / "kernel.so", "call.json": workdir / "call.json"})
+        return CppArtifact(table_of(specs), {"kernel.so": workdir / "kernel.so", "call.json": workdir / "call.json"})
 
 
 def cpp(source, symbol=None, flags=None, cuda=None, ranks=1):
@@ -251,7 +250,7 @@ class CppArtifact(Artifact):
             fn = getattr(ctypes.CDLL(str(self.files["kernel.so"])), self.symbol)
         except (OSError, AttributeError) as exc:
             raise StageFailed(f"cannot load {self.symbol!r} (is it extern \"C\"?): {exc}") from None
-        fn.argtypes = [ctypes.c_void_p if r.kind == "tensor" else SCALAR_CTYPES[r.dtype] for r in self.table]
+        fn.argtypes = [SCALAR_CTYPES[r.dtype] if r.by_value else ctypes.c_void_p for r in self.table]
         fn.restype = None
         expected = [(r, (dtype_of(r.dtype), r.shape, self.device, True)) for r in self.table]
 
@@ -264,7 +263,7 @@ class CppArtifact(Artifact):
 
 def _c_arg(row, want, arg):
     """The ctypes argument for one table row; a tensor that the C code would misread is refused."""
-    if row.kind == "scalar":
+    if row.by_value:
         return c_scalar(arg, row.dtype, row.name)
     if not isinstance(arg, torch.Tensor):
         raise TypeError(f"parameter {row.name!r}: expected a tensor, got {type(arg).__name__}")

@@ -80,7 +80,7 @@ class Placement:
         return whole[rank] if self.placement.get(row.name) == STACKED else whole
 
     def _arg(self, i, row, inputs, rank):
-        if row.kind == "scalar":
+        if row.by_value:
             return inputs.meta.scalars[row.name]
         if not self.holds(row, rank):
             data = torch.zeros(row.shape, dtype=dtype_of(row.dtype))
@@ -97,7 +97,7 @@ class Placement:
     def written_inputs(self, inputs) -> list:
         """The In tensors (by name, and rank) that no longer hold their input: written by the kernel."""
         return [f"{row.name!r}{on_rank(r, self.world)}" for r, args in self.args.items()
-                for row, arg in zip(self.table, args) if row.kind == "tensor" and row.direction == "in"
+                for row, arg in zip(self.table, args) if not row.by_value and row.direction == "in"
                 and self.holds(row, r) and not same_bits(arg, self.view(row, inputs.tensors[row.name], r))]
 
     def check_inputs_untouched(self, inputs, what: str) -> None:
@@ -125,7 +125,7 @@ class Placement:
         unplaced one from rank 0, which every other rank must match bit for bit."""
         found = {}
         for i, row in enumerate(self.table):
-            if row.kind != "tensor" or row.direction == "in":
+            if row.by_value or row.direction == "in":
                 continue
             copies = [guards[i].tensor for guards in self.guards.values()]
             where = self.placement.get(row.name)

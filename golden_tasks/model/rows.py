@@ -110,6 +110,11 @@ class ParamRow(Row, Directed):
     _CHECKS = {"name": _NAME, "kind": _word(KINDS), "direction": _word(DIRECTIONS), "dtype": _TEXT,
                "shape": _shape(dynamic=True)}
 
+    @property
+    def by_value(self) -> bool:
+        """Whether the kernel receives its value itself (a scalar: specs.Spec.by_value), not a tensor."""
+        return self.kind == "scalar"
+
 
 def _scalar_value(value) -> bool:
     return isinstance(value, (bool, int, float))

@@ -144,7 +144,7 @@ def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
                 for rel, record in manifest.tensors.items() if rel.startswith(prefix)}
 
     table, artifact, inputs, skipped = manifest.table, manifest.artifact, folder(StageName.INPUTS), manifest.skipped
-    scalars = {r.name: inputs.pop(r.name).item() for r in table if r.kind == "scalar"}
+    scalars = {r.name: inputs.pop(r.name).item() for r in table if r.by_value}
     return {
         StageName.ABI: Outputs(meta=AbiMeta(table=table, placement=manifest.placement)),
         StageName.COMPILE: Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact["files"]},

@@ -16,7 +16,7 @@ from ..model.errors import SpecError, StalePlan
 from ..model.hashing import canonical_json, digest_file
 from ..model.plan import SOURCE_FIELDS, BenchSettings, Plan
 from ..model.rows import placement_of
-from ..model.specs import ScalarSpec, TensorSpec, signature_of
+from ..model.specs import Spec
 from ..project import config
 from ..project.fingerprint import Fingerprinter
 from ..project.fingerprint_parts import changed_parts, parts
@@ -116,7 +116,7 @@ class Case(BenchSettings):
     def placement(self) -> dict:
         """Where each resident tensor of a resolved case lives across ranks (name -> TensorSpec.resident),
         as AbiMeta.placement records it; the validate stage names a stacked output's wrong ranks by it."""
-        return placement_of([signature_of(s) for s in self.specs])
+        return placement_of([s.signature for s in self.specs])
 
     def _specs(self, ranks: int) -> list:
         """The spec list, from `specs` or by calling it (with `ranks` if it takes them); anything
@@ -130,7 +130,7 @@ class Case(BenchSettings):
                 specs = self.specs()
         except SpecError as exc:
             raise SpecError(f"case {self.name!r}: {exc}") from None
-        if not isinstance(specs, (list, tuple)) or not all(isinstance(s, (TensorSpec, ScalarSpec)) for s in specs):
+        if not isinstance(specs, (list, tuple)) or not all(isinstance(s, Spec) for s in specs):
             raise SpecError(f"case {self.name!r}: specs must be a list of TensorSpec and ScalarSpec "
                             f"(or a function returning one), got {_short_repr(specs)}")
         return list(specs)
@@ -164,11 +164,9 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
     fp = Fingerprinter()
     data, data_files = describe(case, case.kernel.params())
     external, external_files = declared_reads(case)
-    specs = [dataclasses.replace(signature_of(s), init=fp(s.init_value)) if s.kind == "tensor" else signature_of(s)
-             for s in case.specs]
     plan = Plan(
-        case=case.name, module=module, profile=profile, timeout=case.timeout,
-        params=case.kernel.params(), signature=[signature_of(s) for s in case.specs], specs=specs, seed=case.seed,
+        case=case.name, module=module, profile=profile, timeout=case.timeout, params=case.kernel.params(),
+        signature=[s.signature for s in case.specs], specs=[s.input_recipe(fp) for s in case.specs], seed=case.seed,
         kernel=fp(case.kernel), backend=case.backend, options=case.options,
         ranks=case.ranks, resources=dict(case.resources),
         golden=fp(case.golden) if case.golden is not None else None,

@@ -32,7 +32,7 @@ def problems(params: list[ParamRow], signature: list[SignatureRow], ranks: int =
         where = f"parameter {p.name!r}"
         if p.kind != s.kind:
             found.append(f"{where}: kernel declares a {p.kind}, spec is a {s.kind}")
-        if p.kind == "scalar" and p.direction != "in":
+        if p.by_value and p.direction != "in":
             found.append(f"{where}: a scalar must be In, kernel declares {p.direction}")
         if p.dtype is not None and p.dtype != s.dtype:
             found.append(f"{where}: kernel expects dtype {p.dtype}, spec has {s.dtype}")
