@@ -46,7 +46,7 @@ def flash_inputs(name: str) -> dict:
     specs = stamp_all(case.specs, case.kernel.params())
     baseline = reset_peak()
     start = time.perf_counter()
-    tensors = [make(s, case.seed) for s in specs if s.kind == "tensor" and s.is_input]
+    tensors = [make(s, case.seed) for s in specs if s.is_input and not s.by_value]
     return {"seconds": time.perf_counter() - start, "gib": sum(t.nbytes for t in tensors) / 2**30,
             "peak_mib": status_mib("VmHWM") - baseline, "tensors": len(tensors)}
 

@@ -66,14 +66,13 @@ def pool(world: int, values: int, rounds: int) -> tuple:
 
     from golden_tasks.forms import ranks
     from golden_tasks.model.outputs import InputsMeta, Outputs
-    from golden_tasks.model.specs import rank_view
     from golden_tasks.stages.bench import time_kernel
     from kernels.collectives import allreduce, allreduce_specs
 
-    directions = {p["name"]: p["direction"] for p in allreduce.params()}
+    directions = {p.name: p.direction for p in allreduce.params()}
     specs = [s.stamped(directions[s.name]) for s in allreduce_specs(world, values)]
     with tempfile.TemporaryDirectory(prefix="golden-rank-pool-") as tmp:
-        artifact = allreduce.compile([rank_view(s) for s in specs], {"backend": None, "ranks": world}, Path(tmp))
+        artifact = allreduce.compile([s.rank_view() for s in specs], {"backend": None, "ranks": world}, Path(tmp))
         inputs = Outputs(tensors={"x": torch.ones(world, values)}, meta=InputsMeta())
 
         def wall(n: int) -> float:

@@ -60,9 +60,9 @@ def do_bench_us(case_name: str) -> float:
 
     modules = [importlib.import_module(f"kernels.{m}") for m in ("triton_kernels", "triton_decode_swa")]
     (case,) = [c.resolved(m) for m in modules for c in module_cases(m) if c.name == case_name]
-    tensors = {s.name: make(s, case.seed).cuda() if s.kind == "tensor" else s.value for s in case.specs}
+    tensors = {s.name: s.argument(lambda t: make(t, case.seed).cuda()) for s in case.specs}
     launcher, options = case.kernel, case.options or {}
-    args = [tensors[row["name"]] for row in launcher.params()]
+    args = [tensors[row.name] for row in launcher.params()]
     return triton.testing.do_bench(lambda: launcher(*args, **options), return_mode="mean") * 1e3
 
 

@@ -16,7 +16,7 @@ LAYERS = ("model", "storage", "project", "forms", "planning", "stages", "pipelin
 
 _EXPORTS = {
     "In": "model.specs", "Out": "model.specs", "InOut": "model.specs", "Scalar": "model.specs",
-    "TensorSpec": "model.specs", "ScalarSpec": "model.specs", "STACKED": "model.specs", "SpecError": "model.errors",
+    "TensorSpec": "model.specs", "ScalarSpec": "model.specs", "STACKED": "model.rows", "SpecError": "model.errors",
     "jit": "forms.jit", "JitKernel": "forms.jit", "cpp": "forms.cpp", "CppKernel": "forms.cpp",
     "triton_kernel": "forms.triton_form", "TritonKernel": "forms.triton_form",
     "KernelForm": "forms.base", "Artifact": "forms.base", "CompileError": "model.errors",

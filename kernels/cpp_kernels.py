@@ -20,9 +20,9 @@ def c_specs(jit_specs, dtype, **sizes):
     """`jit_specs(dtype)` in C parameter order: its tensors, then one int64 scalar per `sizes`
     entry (name=(tensor, dim): that dimension of the tensor's shape), then its scalars."""
     specs = jit_specs(dtype)
-    tensors = {s.name: s for s in specs if s.kind == "tensor"}
+    tensors = {s.name: s for s in specs if isinstance(s, TensorSpec)}
     dims = [ScalarSpec(name, I64, tensors[t].shape[d]) for name, (t, d) in sizes.items()]
-    return [*tensors.values(), *dims, *(s for s in specs if s.kind == "scalar")]
+    return [*tensors.values(), *dims, *(s for s in specs if isinstance(s, ScalarSpec))]
 
 
 @cpp("cpp/rms_norm.cpp")

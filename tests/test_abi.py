@@ -1,16 +1,16 @@
 import torch
 
 from golden_tasks import TensorSpec
-from golden_tasks.model.specs import signature_of
+from golden_tasks.model.rows import ParamRow, SignatureRow
 from golden_tasks.stages.abi import problems
 
 
 def params(*rows):
-    return [dict(zip(("name", "kind", "direction"), r)) for r in rows]
+    return [ParamRow(*r) for r in rows]
 
 
 def sig(*rows):
-    return [dict(zip(("name", "kind", "shape", "dtype"), r)) for r in rows]
+    return [SignatureRow(name, kind, tuple(shape), dtype) for name, kind, shape, dtype in rows]
 
 
 KERNEL = params(("x", "tensor", "in"), ("out", "tensor", "out"), ("eps", "scalar", "in"))
@@ -42,7 +42,7 @@ def test_kind_and_scalar_direction():
 
 
 def test_declared_dtype_and_shape_are_checked_with_dynamic_dims():
-    kernel = [{"name": "x", "kind": "tensor", "direction": "in", "dtype": "bfloat16", "shape": [None, 8]}]
+    kernel = [ParamRow("x", "tensor", "in", "bfloat16", (None, 8))]
     found = problems(kernel, sig(("x", "tensor", [3, 4], "float32")))
     assert found == ["parameter 'x': kernel expects dtype bfloat16, spec has float32",
                      "parameter 'x': kernel expects shape [None, 8], spec has [3, 4]"]
@@ -52,11 +52,10 @@ def test_declared_dtype_and_shape_are_checked_with_dynamic_dims():
 
 
 def test_resident_specs_must_fit_the_world_size():
-    params = [{"name": "x", "kind": "tensor", "direction": "in"}, {"name": "w", "kind": "tensor", "direction": "in"},
-              {"name": "out", "kind": "tensor", "direction": "out"}]
+    params = [ParamRow("x", "tensor", "in"), ParamRow("w", "tensor", "in"), ParamRow("out", "tensor", "out")]
     specs = [TensorSpec("x", (3, 4), torch.float32, resident="stacked"),
              TensorSpec("w", (4,), torch.float32, resident=2), TensorSpec("out", (4,), torch.float32)]
-    assert problems(params, [signature_of(s) for s in specs], ranks=2) == [
+    assert problems(params, [s.signature for s in specs], ranks=2) == [
         "spec 'x': resident='stacked' needs leading dim 2 (one slice per rank of world size 2), spec has shape [3, 4]",
         "spec 'w': resident=2 names a rank outside world size 2"]
-    assert problems(params, [signature_of(s) for s in specs], ranks=3) == []
+    assert problems(params, [s.signature for s in specs], ranks=3) == []

@@ -18,7 +18,7 @@ from golden_tasks.forms.cpp import (
     prerequisites,
 )
 from golden_tasks.model.errors import StageFailed
-from golden_tasks.model.specs import signature_of
+from golden_tasks.model.rows import ParamRow
 from golden_tasks.project.fingerprint import Fingerprinter
 from golden_tasks.project.fingerprint_parts import parts
 from golden_tasks.stages import abi
@@ -69,7 +69,7 @@ def axpy_specs(n=10):
 
 
 def stamped(kernel, specs):
-    return [s.stamped(p["direction"]) for s, p in zip(specs, kernel.params())]
+    return [s.stamped(p.direction) for s, p in zip(specs, kernel.params())]
 
 
 @pytest.mark.parametrize(("value", "dtype", "ctype", "expected"), [
@@ -124,10 +124,10 @@ def test_untyped_parameter_is_rejected(annotation):
 
 def test_declared_dtypes_are_checked_by_abi_and_compile(project, tmp_path):
     kernel = project().axpy
-    assert kernel.params()[0] == {"name": "x", "kind": "tensor", "direction": "in", "dtype": "float32"}
+    assert kernel.params()[0] == ParamRow("x", "tensor", "in", "float32")
     specs = axpy_specs()
     specs[0] = TensorSpec("x", (10,), torch.float64)
-    assert abi.problems(kernel.params(), [signature_of(s) for s in specs]) == ["parameter 'x': kernel expects dtype float32, spec has float64"]
+    assert abi.problems(kernel.params(), [s.signature for s in specs]) == ["parameter 'x': kernel expects dtype float32, spec has float64"]
     with pytest.raises(CompileError, match="parameter 'x' is declared float32, spec has float64"):
         kernel.compile(stamped(kernel, specs), {}, tmp_path)
 
@@ -148,10 +148,8 @@ def test_compile_restore_and_call(project, tmp_path):
     built = kernel.compile(stamped(kernel, axpy_specs()), {}, tmp_path / "build")
     assert built.backend == "cpp" and built.device == "cpu" and built.symbol == "axpy"
     assert built.table == [
-        {"name": "x", "kind": "tensor", "direction": "in", "shape": [10], "dtype": "float32"},
-        {"name": "y", "kind": "tensor", "direction": "inout", "shape": [10], "dtype": "float32"},
-        {"name": "alpha", "kind": "scalar", "direction": "in", "shape": [], "dtype": "float32"},
-        {"name": "n", "kind": "scalar", "direction": "in", "shape": [], "dtype": "int64"}]
+        ParamRow("x", "tensor", "in", "float32", (10,)), ParamRow("y", "tensor", "inout", "float32", (10,)),
+        ParamRow("alpha", "scalar", "in", "float32", ()), ParamRow("n", "scalar", "in", "int64", ())]
     objects = {}  # store objects: named by digest, no suffix
     for name, path in built.files.items():
         objects[name] = tmp_path / f"object-{name.split('.')[-1]}"
@@ -348,7 +346,7 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, monkeypatch):
              ScalarSpec("n", I64, 300)]
     artifact = kernel.compile(stamped(kernel, specs), {}, tmp_path)
     assert isinstance(artifact, CppArtifact) and artifact.device == "cuda" and artifact.symbol == "scale"
-    assert [(r["name"], r["kind"], r["direction"], r["dtype"]) for r in artifact.table] == [
+    assert [(r.name, r.kind, r.direction, r.dtype) for r in artifact.table] == [
         ("x", "tensor", "in", "float32"), ("out", "tensor", "out", "float32"),
         ("a", "scalar", "in", "float32"), ("n", "scalar", "in", "int64")]
     assert hasattr(ctypes.CDLL(str(artifact.files["kernel.so"])), "scale")  # exported unmangled

@@ -24,15 +24,14 @@ def call(kernel, golden, values: dict, tmp_path, device="cpu") -> dict:
     """Compile `kernel` for `values` (parameter name → float32 tensor or scalar), call it on copies
     on `device` and the golden on float64 copies; {output name: (kernel's, golden's)}, on the CPU."""
     params = kernel.params()
-    specs = [TensorSpec(p["name"], tuple(values[p["name"]].shape), torch.float32) if p["kind"] == "tensor"
-             else ScalarSpec(p["name"], dtype_of(p["dtype"]), values[p["name"]]) for p in params]
-    fn = kernel.compile([s.stamped(p["direction"]) for s, p in zip(specs, params)], {}, tmp_path).load()
-    args = [values[p["name"]].to(device, copy=True) if p["kind"] == "tensor" else values[p["name"]] for p in params]
+    specs = [ScalarSpec(p.name, dtype_of(p.dtype), values[p.name]) if p.by_value
+             else TensorSpec(p.name, tuple(values[p.name].shape), torch.float32) for p in params]
+    fn = kernel.compile([s.stamped(p.direction) for s, p in zip(specs, params)], {}, tmp_path).load()
+    args = [values[p.name] if p.by_value else values[p.name].to(device, copy=True) for p in params]
     fn(*args)
     expected = {n: v.double() if isinstance(v, torch.Tensor) else v for n, v in values.items()}
     golden(expected)
-    return {p["name"]: (arg.double().cpu(), expected[p["name"]]) for p, arg in zip(params, args)
-            if p["direction"] != "in"}
+    return {p.name: (arg.double().cpu(), expected[p.name]) for p, arg in zip(params, args) if p.direction != "in"}
 
 
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (13, 2, 17), (7, 300, 45), (67, 513, 129)])

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from golden_tasks.model.rows import SignatureRow
 from golden_tasks.planning import discover
 from golden_tasks.project import observe
 from golden_tasks.project.layout import layout
@@ -50,8 +51,8 @@ def forbid_subprocess(monkeypatch):
 def test_plan_contents(root):
     (plan,) = plans(root).values()
     assert plan.case == "k" and plan.module == "kernels.k"
-    assert [p["name"] for p in plan.params] == ["x", "out"]
-    assert plan.signature[0] == {"name": "x", "kind": "tensor", "shape": [4], "dtype": "float32"}
+    assert [p.name for p in plan.params] == ["x", "out"]
+    assert plan.signature[0] == SignatureRow("x", "tensor", (4,), "float32")
     assert plan.kernel and plan.golden and plan.policy
 
 

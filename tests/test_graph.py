@@ -5,6 +5,7 @@ import json
 
 from golden_tasks.model.outputs import AbiMeta, Outputs
 from golden_tasks.model.plan import Plan
+from golden_tasks.model.rows import SignatureRow
 from golden_tasks.pipeline import execution, graph, stored
 from golden_tasks.pipeline.stage_table import BY_NAME, STAGES
 from golden_tasks.project import toolchain
@@ -65,13 +66,12 @@ def keys_differ(stage_name, edit, tmp_path):
 
 def test_scalar_values_enter_the_compile_key(tmp_path):
     """AOTInductor compiles scalar values in as constants."""
-    scalar = {"name": "eps", "kind": "scalar", "shape": [], "dtype": "float32"}
-    assert keys_differ("compile", {"signature": [{**scalar, "value": 2.0}]}, tmp_path)
+    assert keys_differ("compile", {"signature": [SignatureRow("eps", "scalar", (), "float32", value=2.0)]}, tmp_path)
 
 
 def test_the_golden_key_follows_the_specs_and_seed(tmp_path):
     """The golden fills pure Outs from their init_value, seeded: neither reaches it through inputs."""
-    out = {"name": "o", "kind": "tensor", "shape": [2], "dtype": "float32", "init": "nan-marker"}
+    out = SignatureRow("o", "tensor", (2,), "float32", init="nan-marker")
     assert keys_differ("golden", {"specs": [out]}, tmp_path)
     assert keys_differ("golden", {"seed": 1}, tmp_path)
 

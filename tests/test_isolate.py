@@ -13,6 +13,8 @@ import golden_tasks
 from golden_tasks import In, Out, TensorSpec, jit
 from golden_tasks.forms.base import Artifact, KernelForm
 from golden_tasks.forms.isolate import GUARD_BYTES, Guarded
+from golden_tasks.model.rows import ParamRow
+from golden_tasks.model.specs import table_of
 
 # The misbehaviour is data dependent (x > 0) so that compile-time checks, which run the
 # body on fakes or zeros, never trigger it; dispatch runs it on x = 1.
@@ -198,12 +200,10 @@ class _OfflineKernel(KernelForm):
     name = "offline"
 
     def params(self):
-        return [{"name": "x", "kind": "tensor", "direction": "in"},
-                {"name": "out", "kind": "tensor", "direction": "out"}]
+        return [ParamRow("x", "tensor", "in"), ParamRow("out", "tensor", "out")]
 
     def compile(self, specs, options, workdir):
-        return _Offline([{"name": s.name, "kind": "tensor", "direction": s.direction, "shape": list(s.shape),
-                          "dtype": "float32"} for s in specs], {})
+        return _Offline(table_of(specs), {})
 
 
 @pytest.mark.e2e

@@ -9,6 +9,7 @@ import torch
 from golden_tasks import CompileError, In, InOut, Out, Scalar, ScalarSpec, TensorSpec, jit
 from golden_tasks.forms.base import Artifact
 from golden_tasks.model.plan import BACKENDS
+from golden_tasks.model.rows import ParamRow
 
 
 @jit
@@ -21,13 +22,12 @@ SPECS = [TensorSpec("x", (4, 8), torch.float32), TensorSpec("y", (4, 8), torch.f
 
 
 def stamped(kernel, specs):
-    return [s.stamped(p["direction"]) for s, p in zip(specs, kernel.params())]
+    return [s.stamped(p.direction) for s, p in zip(specs, kernel.params())]
 
 
 def test_param_table_comes_from_the_signature():
-    assert axpy.params() == [{"name": "x", "kind": "tensor", "direction": "in"},
-                             {"name": "y", "kind": "tensor", "direction": "inout"},
-                             {"name": "alpha", "kind": "scalar", "direction": "in"}]
+    assert axpy.params() == [ParamRow("x", "tensor", "in"), ParamRow("y", "tensor", "inout"),
+                             ParamRow("alpha", "scalar", "in")]
 
 
 def test_unannotated_parameter_is_rejected():
@@ -70,9 +70,8 @@ def test_the_backends_a_run_may_name_are_the_artifacts_jit_builds():
 def test_backends_compile_embed_the_table_and_run(tmp_path, backend):
     artifact = axpy.compile(stamped(axpy, SPECS), {"backend": backend}, tmp_path)
     assert artifact.backend == backend
-    assert [r["name"] for r in artifact.table] == ["x", "y", "alpha"]
-    assert artifact.table[0] == {"name": "x", "kind": "tensor", "direction": "in", "shape": [4, 8],
-                                 "dtype": "float32"}
+    assert [r.name for r in artifact.table] == ["x", "y", "alpha"]
+    assert artifact.table[0] == ParamRow("x", "tensor", "in", "float32", (4, 8))
     # reload from the stored files alone, as a worker does
     restored = Artifact.restore(backend, artifact.table, artifact.files, "golden_tasks.forms.jit")
     x, y = torch.randn(4, 8), torch.randn(4, 8)

@@ -1,6 +1,7 @@
 """The typed plan (golden_tasks.model.plan), the run's variables (golden_tasks.planning.library) and the stage
 outputs' schema (golden_tasks.model.outputs): what derives from each field's declaration."""
 import dataclasses
+import json
 import re
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from golden_tasks.model import plan
 from golden_tasks.model.outputs import Meta, Stats, ValidateMeta
 from golden_tasks.model.plan import FailedPlan, Plan
+from golden_tasks.model.rows import ParamRow, SignatureRow
 from golden_tasks.pipeline import graph
 from golden_tasks.pipeline.stage_table import BY_NAME, STAGES
 from golden_tasks.planning.library import run_variables
@@ -55,8 +57,15 @@ def test_variables_override_their_fields_and_bad_values_name_the_variable(tmp_pa
 
 
 def test_plans_round_trip_through_json_and_a_failure_is_its_own_state():
-    made = Plan(case="c", module="kernels.k", params=[{"name": "x"}], volatile=["a lock"])
+    made = Plan(case="c", module="kernels.k", params=[ParamRow("x", "tensor", "in")],
+                signature=[SignatureRow("eps", "scalar", (), "float32", value=0.5)], volatile=["a lock"])
     assert plan.from_json(made.to_json()) == made and made.error is None
+    # typed rows, written as JSON without their unset fields; read back, they key every stage alike
+    assert made.to_json()["params"] == [{"name": "x", "kind": "tensor", "direction": "in"}]
+    assert made.to_json()["signature"] == [{"name": "eps", "kind": "scalar", "shape": [], "dtype": "float32",
+                                            "value": 0.5}]
+    read = plan.from_json(json.loads(json.dumps(made.to_json())))
+    assert all(graph.keyed(stage, read) == graph.keyed(stage, made) for stage in STAGES)
     failed = FailedPlan("c", "kernels.k", "SpecError: bad", "default")
     assert plan.from_json(failed.to_json()) == failed and failed.error == "SpecError: bad"
 
@@ -101,12 +110,12 @@ def test_the_world_size_is_the_kernels_unless_a_case_or_ranks_says_otherwise(mon
 
     assert plan_of(Case("c", specs=specs, kernel=k).resolved())[0].ranks == 2
     made = plan_of(Case("c", specs=specs, kernel=k, ranks=4).resolved())[0]
-    assert made.ranks == 4 and made.signature[0]["shape"] == [4, 2]
+    assert made.ranks == 4 and made.signature[0].shape == (4, 2)
     assert "ranks" in BY_NAME["abi"].plan_fields and "ranks" in BY_NAME["dispatch"].plan_fields
     config.enter(config.current().given({"ranks": "3"}.get))  # ranks=N: every multi-rank case, specs included; one-rank kernels stay
     assert config.current().ranks == 3 and config.planning_context() == "default.ranks3"
     made = plan_of(Case("c", specs=specs, kernel=k, ranks=4).resolved())[0]
-    assert made.ranks == 3 and made.signature[0]["shape"] == [3, 2]
+    assert made.ranks == 3 and made.signature[0].shape == (3, 2)
     assert plan_of(Case("c", specs=specs, kernel=single).resolved())[0].ranks == 1
     with pytest.raises(ValueError, match=r"^doit variable ranks='0' is not a world size"):
         config.current().given({"ranks": "0"}.get)

@@ -58,7 +58,7 @@ def plans(root, variables=()):
 
 
 def shape(plan):
-    return plan.signature[0]["shape"]
+    return list(plan.signature[0].shape)
 
 
 def test_profile_changes_the_shapes_and_both_plan_sets_are_kept(root, monkeypatch):
@@ -107,7 +107,7 @@ def test_runtime_dir_is_current_only_under_its_profile(root, tmp_path):
 def test_replay_checks_staleness_under_the_recorded_profile(root, monkeypatch):
     plan = plans(root, ["profile=flash"])["p"]
     manifest = Manifest(format=MANIFEST_FORMAT, case="p", module="kernels.p", profile="flash", toolchain=toolchain(),
-                        fingerprints={f: getattr(plan, f) for f in runtime.FINGERPRINTS}, keys={}, pipeline="p",
+                        fingerprints={f: plan.field_json(f) for f in runtime.FINGERPRINTS}, keys={}, pipeline="p",
                         table=[], bench={}, artifact={"files": {}}, tensors={}, files={})
     monkeypatch.setenv(config.PROFILE_ENV, "default")  # the replaying process's own profile is not used
     assert replay.staleness(root, manifest, root) == []

@@ -15,6 +15,7 @@ from golden_tasks.forms import ranks
 from golden_tasks.forms.isolate import Ended, Outcome
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.model.outputs import InputsMeta, Outputs
+from golden_tasks.model.rows import ParamRow
 from golden_tasks.stages import imbalance, rank_stats
 from kernels import collectives, decode_attention
 from tests.project import Project
@@ -22,7 +23,7 @@ from tests.test_hostile import assert_nothing_left
 
 
 def table(*rows):
-    return [{"name": n, "kind": "tensor", "direction": d, "shape": list(s), "dtype": "float32"} for n, d, s in rows]
+    return [ParamRow(n, "tensor", d, "float32", s) for n, d, s in rows]
 
 
 def test_each_rank_gets_its_view_and_outputs_come_back_whole():

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from golden_tasks import ScalarSpec, SpecError, TensorSpec
-from golden_tasks.model.specs import canary, signature_of, stamp_all, unwritten
+from golden_tasks.model.rows import ParamRow, SignatureRow
+from golden_tasks.model.specs import canary, stamp_all, table_of, unwritten
 
 
 def test_init_value_rules():
@@ -65,10 +66,24 @@ def test_direction_is_stamped_never_guessed():
 
 def test_stamp_all_and_signature():
     specs = [TensorSpec("x", (2,), torch.float32), ScalarSpec("k", torch.int32, 3)]
-    table = [{"name": "k", "direction": "in"}, {"name": "x", "direction": "inout"}]
+    table = [ParamRow("k", "scalar", "in"), ParamRow("x", "tensor", "inout")]
     x, k = stamp_all(specs, table)
     assert x.direction == "inout" and k.direction == "in"
-    assert signature_of(specs[1]) == {"name": "k", "kind": "scalar", "shape": [], "dtype": "int32", "value": 3}
+    assert specs[1].signature == SignatureRow("k", "scalar", (), "int32", value=3)
+    assert specs[1].signature.to_json() == {"name": "k", "kind": "scalar", "shape": [], "dtype": "int32", "value": 3}
+
+
+def test_each_spec_answers_for_itself_what_a_call_a_table_and_an_input_set_make_of_it():
+    x = TensorSpec("x", (4, 2), torch.float32, 1.0, resident="stacked").stamped("in")
+    k = ScalarSpec("k", torch.int32, 3).stamped("in")
+    assert [s.argument(lambda t: t.name.upper()) for s in (x, k)] == ["X", 3]
+    assert not x.by_value and k.by_value
+    assert table_of([x, k]) == [ParamRow("x", "tensor", "in", "float32", (4, 2)), ParamRow("k", "scalar", "in", "int32", ())]
+    assert table_of([x, k], [((2,), "bfloat16")])[0] == ParamRow("x", "tensor", "in", "bfloat16", (2,))
+    assert x.input_recipe(lambda value: f"fp {value}").init == "fp 1.0" and k.input_recipe(str) == k.signature
+    assert x.rank_view().shape == (2,) and x.rank_view().direction == "in" and k.rank_view() is k
+    assert x.mismatch(torch.zeros(4, 2)) is None and "shape (4,) float32" in x.mismatch(torch.zeros(4))
+    assert k.mismatch(torch.tensor(3)) is None and "holds 4, but scalar 'k' is 3" in k.mismatch(torch.tensor(4))
 
 
 @pytest.mark.parametrize("resident, match", [(True, "resident=True is ambiguous or unknown"),
@@ -81,9 +96,9 @@ def test_resident_is_a_rank_or_stacked_and_true_is_refused(resident, match):
 
 def test_resident_places_a_tensor_and_enters_its_signature():
     assert TensorSpec("x", (2, 3), torch.float32, resident=False).resident is None
-    assert "resident" not in signature_of(TensorSpec("x", (2, 3), torch.float32))
-    assert signature_of(TensorSpec("x", (2, 3), torch.float32, resident="stacked"))["resident"] == "stacked"
-    assert signature_of(TensorSpec("x", (2, 3), torch.float32, resident=1))["resident"] == 1
+    assert "resident" not in TensorSpec("x", (2, 3), torch.float32).signature.to_json()
+    assert TensorSpec("x", (2, 3), torch.float32, resident="stacked").signature.resident == "stacked"
+    assert TensorSpec("x", (2, 3), torch.float32, resident=1).signature.resident == 1
     with pytest.raises(SpecError, match="needs a leading dim"):
         TensorSpec("x", (), torch.float32, resident="stacked")
 

@@ -9,7 +9,7 @@ from golden_tasks.model.compare import Allclose, Policy
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.model.outputs import CompileMeta, InputsMeta, Upstream, Worst
 from golden_tasks.model.plan import Plan
-from golden_tasks.model.specs import signature_of, stamp_all
+from golden_tasks.model.specs import stamp_all
 from golden_tasks.stages import (
     BenchSettings,
     Outputs,
@@ -39,8 +39,7 @@ SPECS = [TensorSpec("x", (3, 4), torch.float32, torch.randn), TensorSpec("total"
          ScalarSpec("scale", torch.float32, 2.0), TensorSpec("out", (3, 4), torch.float32, float("nan"))]
 CASE = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc).resolved()
 PLAN = Plan(case="acc", seed=3, params=acc.params(), bench={"warmup": 1, "rounds": 2}, timeout=60.0,
-            signature=[{"name": s.name, "kind": s.kind, "shape": list(s.shape), "dtype": str(s.dtype)[6:]}
-                       for s in SPECS])
+            signature=[s.signature for s in SPECS])
 
 
 @pytest.fixture
@@ -52,7 +51,7 @@ def upstream(tmp_path):
 
 def test_abi_stamps_directions_and_needs_no_case(upstream):
     checked, _ = upstream
-    assert [r["direction"] for r in checked.meta.table] == ["in", "inout", "in", "out"]
+    assert [r.direction for r in checked.meta.table] == ["in", "inout", "in", "out"]
 
 
 def test_abi_collects_every_mismatch_into_one_message(tmp_path):
@@ -89,7 +88,7 @@ def test_golden_gets_its_own_out_init_and_is_timed_apart(upstream, tmp_path):
 
 
 def compiled(tmp_path, checked):
-    specs = [s.stamped(r["direction"]) for s, r in zip(SPECS, checked.meta.table)]
+    specs = [s.stamped(r.direction) for s, r in zip(SPECS, checked.meta.table)]
     artifact = acc.compile(specs, {"backend": "eager"}, tmp_path)
     return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module="golden_tasks.forms.jit",
                                                           table=artifact.table))
@@ -113,7 +112,7 @@ def test_an_out_without_init_value_starts_as_the_canary_and_what_is_left_is_name
 
     specs = [TensorSpec("x", (4, 3), torch.float32, torch.randn), TensorSpec("out", (4, 3), torch.float32)]
     case = Case("half", specs=specs, kernel=half, golden=lambda t: t["out"][:2].copy_(t["x"][:2])).resolved()
-    plan = dataclasses.replace(PLAN, case="half", params=half.params(), signature=[signature_of(s) for s in specs])
+    plan = dataclasses.replace(PLAN, case="half", params=half.params(), signature=[s.signature for s in specs])
     checked = abi.run(None, plan, tmp_path, Upstream())
     made = inputs.run(case, plan, tmp_path, Upstream(abi=checked))
     assert set(made.tensors) == {"x"}  # the Out has no initial content
@@ -164,7 +163,7 @@ def test_a_failed_validation_says_what_is_worst_about_the_outputs(wrong, worst, 
 def test_dispatch_refuses_an_artifact_whose_table_differs(upstream, tmp_path):
     checked, made = upstream
     artifact = compiled(tmp_path, checked)
-    artifact.meta.table[0] = {**artifact.meta.table[0], "shape": [3, 5]}
+    artifact.meta.table[0] = dataclasses.replace(artifact.meta.table[0], shape=(3, 5))
     with pytest.raises(StageFailed, match="artifact parameter table differs from the ABI-checked one"):
         dispatch.run(None, PLAN, tmp_path, Upstream(abi=checked, compile=artifact, inputs=made))
 

@@ -25,8 +25,8 @@ class KernelForm:
     ranks: int = 1  # the world size it runs at unless a case or `ranks=N` says otherwise
 
     def params(self) -> list:
-        """The declared parameter table: [{"name", "kind", "direction"}] in order; a row may
-        also declare "dtype" and "shape", which the ABI stage then checks."""
+        """The declared parameter table: a model.rows.ParamRow per parameter, in order; a row may
+        also declare a dtype and a shape, which the ABI stage then checks."""
         raise NotImplementedError
 
     def compile(self, specs: list, options: dict, workdir: Path) -> "Artifact":
@@ -39,7 +39,7 @@ class KernelForm:
 class Artifact:
     """A compiled kernel: payload files plus the parameter table it embeds.
 
-    `table` rows are {"name", "kind", "direction", "shape", "dtype"}. Subclasses
+    `table` rows are model.rows.ParamRow, every field set (specs.table_of). Subclasses
     are registered by `backend` name so a stored artifact is reloaded without
     knowing the kernel's source.
     """

@@ -141,8 +141,8 @@ class CppKernel(KernelForm):
             fingerprinter.volatile.append(f"kernel {self.name}: cannot tell which headers it reads: {unknown}")
         fingerprinter.files.update(str(f) for f in files)
         return {**{f"file {os.path.relpath(f, self.root)}": digest_file(f) for f in files},
-                "flags": list(self.flags), "symbol": self.symbol, "params": self._params, "cuda": self.cuda,
-                "compiler": compiler_identity(self.compiler)}
+                "flags": list(self.flags), "symbol": self.symbol, "params": [p.to_json() for p in self._params],
+                "cuda": self.cuda, "compiler": compiler_identity(self.compiler)}
 
     def hashed_files(self) -> tuple[list, str | None]:
         """The files the fingerprint hashes and, if the compiler could not tell them, why.
@@ -167,7 +167,7 @@ class CppKernel(KernelForm):
             return [self.source.resolve()], lines[min(1, len(lines) - 1)]
 
     def params(self) -> list:
-        return [dict(row) for row in self._params]
+        return list(self._params)
 
     def command(self, flags, out: Path | None, deps: Path) -> list:
         """The compile command building `out`, or with out=None the preprocessor alone (-M); both
@@ -201,7 +201,7 @@ class CppKernel(KernelForm):
 
         The key follows the headers read with the kernel's own flags: if other flags make the
         compiler read a project header that the key does not follow, the build is refused."""
-        declared = {p["name"]: p["dtype"] for p in self._params}
+        declared = {p.name: p.dtype for p in self._params}
         for s in specs:
             if s.name in declared and dtype_name(s.dtype) != declared[s.name]:
                 raise CompileError(f"kernel {self.name}: parameter {s.name!r} is declared {declared[s.name]}, "
@@ -218,8 +218,7 @@ class CppKernel(KernelForm):
                                f"{shlex.join(self.flags)}): declare these flags in @cpp(flags=...)")
         call = {"symbol": self.symbol, "device": "cuda" if self.cuda else "cpu"}
         (workdir / "call.json").write_text(json.dumps(call))
-        table = table_of(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])
-        return CppArtifact(table, {"kernel.so": workdir / "kernel.so", "call.json": workdir / "call.json"})
+        return CppArtifact(table_of(specs), {"kernel.so": workdir / "kernel.so", "call.json": workdir / "call.json"})
 
 
 def cpp(source, symbol=None, flags=None, cuda=None, ranks=1):
@@ -251,9 +250,9 @@ class CppArtifact(Artifact):
             fn = getattr(ctypes.CDLL(str(self.files["kernel.so"])), self.symbol)
         except (OSError, AttributeError) as exc:
             raise StageFailed(f"cannot load {self.symbol!r} (is it extern \"C\"?): {exc}") from None
-        fn.argtypes = [ctypes.c_void_p if r["kind"] == "tensor" else SCALAR_CTYPES[r["dtype"]] for r in self.table]
+        fn.argtypes = [SCALAR_CTYPES[r.dtype] if r.by_value else ctypes.c_void_p for r in self.table]
         fn.restype = None
-        expected = [(r, (dtype_of(r["dtype"]), r["shape"], self.device, True)) for r in self.table]
+        expected = [(r, (dtype_of(r.dtype), r.shape, self.device, True)) for r in self.table]
 
         def call(*args):
             if len(args) != len(expected):
@@ -264,13 +263,13 @@ class CppArtifact(Artifact):
 
 def _c_arg(row, want, arg):
     """The ctypes argument for one table row; a tensor that the C code would misread is refused."""
-    if row["kind"] == "scalar":
-        return c_scalar(arg, row["dtype"], row["name"])
+    if row.by_value:
+        return c_scalar(arg, row.dtype, row.name)
     if not isinstance(arg, torch.Tensor):
-        raise TypeError(f"parameter {row['name']!r}: expected a tensor, got {type(arg).__name__}")
-    got = (arg.dtype, list(arg.shape), arg.device.type, arg.is_contiguous())
+        raise TypeError(f"parameter {row.name!r}: expected a tensor, got {type(arg).__name__}")
+    got = (arg.dtype, tuple(arg.shape), arg.device.type, arg.is_contiguous())
     if got != want:
-        raise ValueError(f"parameter {row['name']!r}: the kernel takes {_describe(*want)}, got {_describe(*got)}")
+        raise ValueError(f"parameter {row.name!r}: the kernel takes {_describe(*want)}, got {_describe(*got)}")
     return arg.data_ptr()
 
 

@@ -45,7 +45,7 @@ class JitKernel(KernelForm):
         return f"<jit kernel {self.name}>"
 
     def params(self) -> list:
-        return [dict(row) for row in self._params]
+        return list(self._params)
 
     def compile(self, specs, options, workdir):
         ranks = options.get("ranks", self.ranks)
@@ -67,7 +67,7 @@ def jit(fn=None, *, backend=None, options=None, ranks=1):
 
 
 def _args(specs, tensor_for):
-    return [tensor_for(s) if s.kind == "tensor" else s.value for s in specs]
+    return [s.argument(tensor_for) for s in specs]
 
 
 def _unshared(fn):
@@ -145,7 +145,7 @@ class AotiArtifact(Artifact):
 
     @classmethod
     def build(cls, fn, specs, options, workdir):
-        example = tuple(torch.empty(s.shape, dtype=s.dtype) for s in specs if s.kind == "tensor")
+        example = tuple(torch.empty(s.shape, dtype=s.dtype) for s in specs if not s.by_value)  # _Call's tensors
         try:
             program = torch.export.export(_Call(fn, specs), example, strict=False)
             path = torch._inductor.aoti_compile_and_package(
@@ -160,7 +160,7 @@ class AotiArtifact(Artifact):
     def load(self):
         with _as_pt2(self.files["kernel.pt2"]) as package:
             runner = torch._inductor.aoti_load_package(str(package))
-        tensor_slots = [i for i, row in enumerate(self.table) if row["kind"] == "tensor"]
+        tensor_slots = [i for i, row in enumerate(self.table) if not row.by_value]
 
         def call(*args):
             runner(*[args[i] for i in tensor_slots])
@@ -174,8 +174,7 @@ class EagerArtifact(Artifact):
     def build(cls, fn, specs, options, workdir):
         path = workdir / "kernel.pkl"
         path.write_bytes(dumps_by_value(fn))  # an edit to the kernel or a helper changes the artifact
-        table = table_of(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])
-        return cls(table, {"kernel.pkl": path})
+        return cls(table_of(specs), {"kernel.pkl": path})
 
     def load(self):
         return cloudpickle.loads(self.files["kernel.pkl"].read_bytes())

@@ -36,7 +36,8 @@ import torch
 import torch.distributed as dist
 
 from ..model.errors import StageFailed
-from ..model.specs import STACKED, canary, dtype_of
+from ..model.rows import STACKED, ParamRow
+from ..model.specs import canary, dtype_of
 from ..project import sandbox
 from ..storage.tensors import back_to_host, on_device, same_bits
 from . import isolate
@@ -61,7 +62,7 @@ class Placement:
     """Each rank's positional arguments for a kernel taking `table` (AbiMeta), built from the inputs
     stage's whole tensors: In tensors are copies, Out/InOut ones sit between guard regions."""
 
-    def __init__(self, table: list, placement: dict, inputs, world: int, here=None):
+    def __init__(self, table: list[ParamRow], placement: dict, inputs, world: int, here=None):
         """`here`: the ranks whose arguments to build (default: all of them)."""
         self.table, self.placement, self.world = table, placement, world
         here = range(world) if here is None else here
@@ -69,35 +70,35 @@ class Placement:
         self.padded = {r: {} for r in here}  # the same for the inputs, between POISON guards
         self.args = {r: [self._arg(i, row, inputs, r) for i, row in enumerate(table)] for r in here}
 
-    def holds(self, row: dict, rank: int) -> bool:
+    def holds(self, row: ParamRow, rank: int) -> bool:
         """Whether `rank` receives the content of the tensor of `row` (not just a buffer of its shape)."""
-        where = self.placement.get(row["name"])
+        where = self.placement.get(row.name)
         return where is None or where == STACKED or where == rank
 
-    def view(self, row: dict, whole, rank: int):
+    def view(self, row: ParamRow, whole, rank: int):
         """What `rank` receives of the whole tensor of `row`."""
-        return whole[rank] if self.placement.get(row["name"]) == STACKED else whole
+        return whole[rank] if self.placement.get(row.name) == STACKED else whole
 
     def _arg(self, i, row, inputs, rank):
-        if row["kind"] == "scalar":
-            return inputs.meta.scalars[row["name"]]
+        if row.by_value:
+            return inputs.meta.scalars[row.name]
         if not self.holds(row, rank):
-            data = torch.zeros(row["shape"], dtype=dtype_of(row["dtype"]))
-        elif row["name"] in inputs.tensors:  # an input, or an Out with an init_value
-            data = self.view(row, inputs.tensors[row["name"]], rank)
+            data = torch.zeros(row.shape, dtype=dtype_of(row.dtype))
+        elif row.name in inputs.tensors:  # an input, or an Out with an init_value
+            data = self.view(row, inputs.tensors[row.name], rank)
         else:  # an Out with no initial content: what the kernel leaves of it is reported unwritten
-            data = canary(row["shape"], dtype_of(row["dtype"]))
-        if row["direction"] == "in":
-            self.padded[rank][i] = isolate.Guarded(row["name"], data, isolate.POISON)
+            data = canary(row.shape, dtype_of(row.dtype))
+        if row.direction == "in":
+            self.padded[rank][i] = isolate.Guarded(row.name, data, isolate.POISON)
             return self.padded[rank][i].tensor
-        self.guards[rank][i] = isolate.Guarded(row["name"], data)
+        self.guards[rank][i] = isolate.Guarded(row.name, data)
         return self.guards[rank][i].tensor
 
     def written_inputs(self, inputs) -> list:
         """The In tensors (by name, and rank) that no longer hold their input: written by the kernel."""
-        return [f"{row['name']!r}{on_rank(r, self.world)}" for r, args in self.args.items()
-                for row, arg in zip(self.table, args) if row["kind"] == "tensor" and row["direction"] == "in"
-                and self.holds(row, r) and not same_bits(arg, self.view(row, inputs.tensors[row["name"]], r))]
+        return [f"{row.name!r}{on_rank(r, self.world)}" for r, args in self.args.items()
+                for row, arg in zip(self.table, args) if not row.by_value and row.direction == "in"
+                and self.holds(row, r) and not same_bits(arg, self.view(row, inputs.tensors[row.name], r))]
 
     def check_inputs_untouched(self, inputs, what: str) -> None:
         if written := self.written_inputs(inputs):
@@ -124,20 +125,20 @@ class Placement:
         unplaced one from rank 0, which every other rank must match bit for bit."""
         found = {}
         for i, row in enumerate(self.table):
-            if row["kind"] != "tensor" or row["direction"] == "in":
+            if row.by_value or row.direction == "in":
                 continue
             copies = [guards[i].tensor for guards in self.guards.values()]
-            where = self.placement.get(row["name"])
+            where = self.placement.get(row.name)
             if where == STACKED:
-                found[row["name"]] = torch.stack(copies)
+                found[row.name] = torch.stack(copies)
                 continue
             if where is None:
                 differ = next((r for r in range(1, self.world) if not same_bits(copies[r], copies[0])), None)
                 if differ is not None:
-                    raise StageFailed(f"{what}: output {row['name']!r} is whole on every rank (no resident), "
+                    raise StageFailed(f"{what}: output {row.name!r} is whole on every rank (no resident), "
                                       f"but rank {differ}'s copy differs from rank 0's: the ranks must agree, "
                                       f"or its spec must say where it lives (resident=k, or {STACKED!r})")
-            found[row["name"]] = copies[where or 0].clone()
+            found[row.name] = copies[where or 0].clone()
         return found
 
 

@@ -96,10 +96,10 @@ def reached(fn) -> list:
 
 
 def unfaithful(launcher, specs: list) -> list:
-    """What the interpreter would compute wrong without saying so: bfloat16 arguments, and bfloat16 or
+    """What the interpreter would compute wrong without saying so: bfloat16 tensor arguments, and bfloat16 or
     libdevice named in the source of a function the launcher reaches."""
     found = [f"its argument {s.name!r} is bfloat16" for s in specs
-             if s.kind == "tensor" and dtype_name(s.dtype) == "bfloat16"]
+             if not s.by_value and dtype_name(s.dtype) == "bfloat16"]
     for fn in reached(launcher):
         try:
             lines, first = inspect.getsourcelines(fn)
@@ -142,7 +142,7 @@ class TritonKernel(KernelForm):
         return _rebuilt, (_dumps(self.fn, {}), triton_interpreted())
 
     def params(self) -> list:
-        return [dict(row) for row in self._params]
+        return list(self._params)
 
     def compile(self, specs, options, workdir):
         given = {k: v for k, v in options.items() if k not in NOT_META}
@@ -169,8 +169,7 @@ class TritonKernel(KernelForm):
             files["kernel.pkl"].write_bytes(_dumps(self.fn, launch["pinned"]))
         files["launch.json"] = Path(workdir) / "launch.json"
         files["launch.json"].write_text(json.dumps(launch, sort_keys=True))
-        table = table_of(specs, [(s.shape, dtype_name(s.dtype)) for s in specs if s.kind == "tensor"])
-        return TritonArtifact(table, files)
+        return TritonArtifact(table_of(specs), files)
 
 
 def triton_kernel(fn) -> TritonKernel:

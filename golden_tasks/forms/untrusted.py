@@ -16,6 +16,7 @@ import json
 import traceback
 
 from ..model.errors import SpecError
+from ..model.rows import ParamRow, as_json, rows_field, rows_from_json
 from .base import KernelForm
 
 PROBE_TIMEOUT_S = 300.0  # importing the kernel's module (and torch's compilers) and fingerprinting it
@@ -53,29 +54,32 @@ class KernelFacts:
     (digest and parts) and the files the fingerprint read. A plan records the first two alone: facts
     without a digest stand for a kernel already planned (case.live_case)."""
     ranks: int
-    params: list
+    params: list[ParamRow] = rows_field(ParamRow, required=True)
     digest: str = ""
     parts: dict = dataclasses.field(default_factory=dict)
     files: list = dataclasses.field(default_factory=list)
     volatile: list = dataclasses.field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        return json.dumps(as_json(self))
 
     @classmethod
     def from_json(cls, text, path: str) -> "KernelFacts":
-        """The probe's answer, each field of the type the plan holds, or a SpecError."""
+        """The probe's answer, each field of the type the plan holds, or a SpecError (naming the parameter
+        table's malformed row and field, where that is what is wrong)."""
         try:
             facts = cls(**json.loads(text))
             ok = (type(facts.ranks) is int and facts.ranks >= 1 and isinstance(facts.digest, str)
-                  and isinstance(facts.params, list) and all(isinstance(p, dict) for p in facts.params)
                   and isinstance(facts.parts, dict) and all(isinstance(v, str) for v in facts.parts.values())
                   and all(isinstance(f, str) for f in (*facts.files, *facts.volatile)))
         except (TypeError, ValueError):
             ok = False
         if not ok:
             raise SpecError(f"kernel={path!r}: its probe did not answer with its facts")
-        return facts
+        try:
+            return dataclasses.replace(facts, params=rows_from_json(ParamRow, facts.params, "params"))
+        except ValueError as exc:
+            raise SpecError(f"kernel={path!r}: its probe answered a malformed parameter table: {exc}") from None
 
 
 def facts_of(path: str, owner: str) -> str:
@@ -116,7 +120,7 @@ class KernelRef(KernelForm):
         return self.facts().ranks
 
     def params(self) -> list:
-        return [dict(row) for row in self.facts().params]
+        return list(self.facts().params)
 
     def compile(self, specs, options, workdir):
         return load(self.path, self.owner).compile(specs, options, workdir)

@@ -17,6 +17,8 @@ Skipped is never passed.
 import dataclasses
 from typing import Self
 
+from .rows import ParamRow, as_json, fields_from_json, rows_field
+
 POLICY_FILE = "policy.pkl"  # policy: the case's validation policy (cloudpickle, its user code by value)
 SAMPLES_FILE = "samples.json"  # bench, golden_bench: their timings' round times (Stats.split)
 _SAMPLED = ("times", "outliers")  # a timing's lists of round times: samples, not summary
@@ -30,15 +32,15 @@ class Meta:
     @classmethod
     def of(cls, entry) -> Self:
         """The typed meta of a stored entry (store.Entry)."""
-        return cls(**entry.meta)
+        return cls(**fields_from_json(cls, entry.meta))
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        return as_json(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class AbiMeta(Meta):
-    table: list = dataclasses.field(default_factory=list)  # one row per parameter: name, kind, direction, ...
+    table: list[ParamRow] = rows_field(ParamRow)  # the checked parameter table, stamped with directions
     placement: dict = dataclasses.field(default_factory=dict)  # name -> TensorSpec.resident, where one is set
 
 
@@ -46,7 +48,7 @@ class AbiMeta(Meta):
 class CompileMeta(Meta):
     backend: str | None = None
     module: str | None = None  # where the artifact's class lives (forms.Artifact.restore)
-    table: list = dataclasses.field(default_factory=list)  # the parameter table the artifact embeds
+    table: list[ParamRow] = rows_field(ParamRow)  # the parameter table the artifact embeds
     device: str = "cpu"  # where the artifact's tensors live: "cuda" asks an executor for a GPU
     config: dict = dataclasses.field(default_factory=dict)  # what compile chose (forms.Artifact.config)
 

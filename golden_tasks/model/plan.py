@@ -26,6 +26,8 @@ import uuid
 from collections.abc import Callable
 from typing import ClassVar
 
+from .rows import ParamRow, SignatureRow, as_json, fields_from_json, json_of, rows_field
+
 
 @dataclasses.dataclass(frozen=True)
 class Variable:
@@ -36,8 +38,11 @@ class Variable:
 
 
 def _field(source: str, keyed: str | None = None, replay: str | None = None, variable: Variable | None = None,
-           every_stage=False, default=None):
+           every_stage=False, default=None, rows=None):
+    """A Plan field declared with its metadata (the module docstring); `rows`: the row type of a list of rows."""
     meta = {"source": source, "keyed": keyed, "replay": replay, "variable": variable, "every_stage": every_stage}
+    if rows is not None:
+        return rows_field(rows, **meta)
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -153,18 +158,20 @@ def _timeout(values: dict, old: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A case as the task graph keys it (JSON-able values only)."""
+    """A case as the task graph keys it: JSON-able values, and lists of typed rows (params, signature, specs),
+    which a key, a manifest and the plan's own JSON hold as the rows' JSON (`field_json`, `to_json`)."""
     case: str = _field("context", every_stage=True)
     module: str | None = _field("context", every_stage=True)  # kernels.<stem>; None for golden_tasks.run
     profile: str | None = _field("context", every_stage=True)
     # in no key: it decides only whether a call counts as hung
     timeout: float = _field("run", variable=Variable(("timeout",), _timeout), every_stage=True, default=60.0)
-    params: list = _field("case", default=[],
-                          replay="the kernel's parameter list changed; the saved artifact has the old ABI")
-    signature: list = _field("case", default=[],
-                             replay="the specs' shapes, dtypes or scalar values changed")
-    specs: list = _field("case", default=[],
-                         replay="the saved inputs may not be what the case generates now")
+    params: list[ParamRow] = _field("case", rows=ParamRow,
+                                    replay="the kernel's parameter list changed; the saved artifact has the old ABI")
+    signature: list[SignatureRow] = _field("case", rows=SignatureRow,
+                                           replay="the specs' shapes, dtypes or scalar values changed")
+    # the signature with what makes each tensor's initial content (SignatureRow.init): an input set's key
+    specs: list[SignatureRow] = _field("case", rows=SignatureRow,
+                                       replay="the saved inputs may not be what the case generates now")
     seed: int = _field("case", default=0,
                        replay="the saved inputs come from another seed")
     kernel: str = _field("case",
@@ -204,7 +211,11 @@ class Plan:
     error: ClassVar[None] = None
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        return as_json(self)
+
+    def field_json(self, name: str):
+        """The field `name` as JSON (its rows as theirs): what enters a key, a manifest, a comparison of plans."""
+        return json_of(self, name)
 
     def overridden(self, values: dict) -> "Plan":
         """The plan with doit variables applied (`values`: name -> text, only those given)."""
@@ -271,4 +282,4 @@ VARIABLES = tuple(n for f in dataclasses.fields(Plan) if f.metadata["variable"] 
 
 def from_json(record: dict):
     """The Plan or FailedPlan a `to_json` record describes."""
-    return FailedPlan(**record) if "error" in record else Plan(**record)
+    return FailedPlan(**record) if "error" in record else Plan(**fields_from_json(Plan, record))

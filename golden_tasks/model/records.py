@@ -16,6 +16,7 @@ import types
 import typing
 from pathlib import Path
 
+from .rows import ParamRow, Row
 from .verdicts import StageState, Verdict
 
 
@@ -52,8 +53,8 @@ _READERS = {float: _number, int: _count, **{kind: _of_kind(kind) for kind in _KI
 
 
 def _reader(kind):
-    """How a value declared as `kind` is read: a word of an enum, a nested record (from_json), a mapping of
-    words (dict[str, StageState]), or a plain JSON value checked for its kind."""
+    """How a value declared as `kind` is read: a word of an enum, a nested record or row (from_json), a mapping
+    of words (dict[str, StageState]), or a plain JSON value checked for its kind."""
     if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
         kind = next(k for k in typing.get_args(kind) if k is not type(None))
     if typing.get_origin(kind) is dict:
@@ -64,6 +65,13 @@ def _reader(kind):
         return lambda value, where: [item(v, f"{where}[{i}]") for i, v in enumerate(_list(value, where))]
     if isinstance(kind, type) and issubclass(kind, JsonRecord):
         return kind.from_json
+    if isinstance(kind, type) and issubclass(kind, Row):
+        def row(value, where):
+            try:
+                return kind.from_json(value, where)
+            except ValueError as exc:  # the row names the field
+                raise BadRecord(str(exc)) from None
+        return row
     if isinstance(kind, type) and issubclass(kind, (Verdict, StageState)):
         def word(value, where):
             try:
@@ -122,7 +130,7 @@ class JsonRecord:
 
 
 def _to_json(value):
-    if isinstance(value, JsonRecord):
+    if isinstance(value, (JsonRecord, Row)):
         return value.to_json()
     if isinstance(value, list):
         return [_to_json(v) for v in value]
@@ -279,7 +287,7 @@ class Manifest(JsonRecord):
     fingerprints: dict  # plan field -> its fingerprint (runtime.FINGERPRINTS), "parts" -> what they hash
     toolchain: dict
     pipeline: str
-    table: list[dict]  # the parameter table (specs.abi_table)
+    table: list[ParamRow]  # the parameter table (AbiMeta.table)
     placement: dict = dataclasses.field(default_factory=dict)  # name -> where a tensor is resident
     bench: dict  # the plan's BenchSettings
     timeout: float | None = None

@@ -3,42 +3,22 @@
 A spec never states a direction: the kernel's signature does (In, Out, InOut,
 Scalar), and the ABI stage stamps it onto the specs. Reading `is_input` /
 `is_output` before stamping raises rather than guessing.
+
+What differs between a tensor and a scalar is each spec class's own answer (Spec:
+its signature, its row of a parameter table, what a call passes for it, ...):
+nothing outside this module asks which class a spec is.
 """
 import dataclasses
 import inspect
 import math
-from typing import Any, Self, cast
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, Self, cast
 
 import torch
 
 from .errors import SpecError
 from .origin import described
-
-
-@dataclasses.dataclass(frozen=True)
-class Param:
-    """Annotation marker for a kernel parameter: its kind, direction and, once typed, dtype name."""
-    kind: str  # "tensor" | "scalar"
-    direction: str  # "in" | "out" | "inout"
-    dtype: str | None = None
-
-    def __getitem__(self, dtype):
-        """The marker typed with `dtype`: `In[torch.float32]`, `Scalar[torch.int64]`."""
-        name = dtype_name(dtype) if isinstance(dtype, torch.dtype) else None
-        if name is None or self.kind == "scalar" and name not in SCALAR_DTYPES:
-            allowed = f"one of {', '.join(SCALAR_DTYPES)}" if self.kind == "scalar" else "a torch.dtype"
-            raise TypeError(f"{self!r}[...] takes {allowed}, got {dtype!r}")
-        return dataclasses.replace(self, dtype=name)
-
-    def __repr__(self):
-        marker = {"in": "In", "out": "Out", "inout": "InOut"}[self.direction] if self.kind == "tensor" else "Scalar"
-        return f"{marker}[{self.dtype}]" if self.dtype else marker
-
-
-In = Param("tensor", "in")
-Out = Param("tensor", "out")
-InOut = Param("tensor", "inout")
-Scalar = Param("scalar", "in")
+from .rows import STACKED, Directed, ParamRow, SignatureRow, view_shape
 
 # Factories that the init_value rule calls as factory(shape, dtype=dtype).
 TENSOR_FACTORIES = (torch.randn, torch.rand, torch.zeros, torch.ones)
@@ -64,7 +44,70 @@ def dtype_of(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-STACKED = "stacked"  # TensorSpec.resident: the leading dim is the rank
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """Annotation marker for a kernel parameter: its direction and, once typed, its dtype's name (a
+    TensorParam: In, Out, InOut; a ScalarParam: Scalar)."""
+    direction: str  # "in" | "out" | "inout"
+    dtype: str | None = None
+    kind: ClassVar[str]  # the word for what it marks in the declared table (ParamRow.kind)
+    dtypes: ClassVar[str]  # the dtypes it is typed with, as the message refusing another says
+
+    def __getitem__(self, dtype):
+        """The marker typed with `dtype`: `In[torch.float32]`, `Scalar[torch.int64]`."""
+        name = dtype_name(dtype) if isinstance(dtype, torch.dtype) else None
+        if name is None or not self.takes(name):
+            raise TypeError(f"{self!r}[...] takes {self.dtypes}, got {dtype!r}")
+        return dataclasses.replace(self, dtype=name)
+
+    def takes(self, name: str) -> bool:
+        """Whether it may be typed with the dtype named `name`."""
+        raise NotImplementedError
+
+    @property
+    def marker(self) -> str:
+        """Its name in an annotation."""
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{self.marker}[{self.dtype}]" if self.dtype else self.marker
+
+    def row(self, name: str) -> ParamRow:
+        """The declared row of the parameter `name` it marks: its dtype only where typed (the ABI stage
+        checks it), no shape."""
+        return ParamRow(name, self.kind, self.direction, self.dtype)
+
+
+class TensorParam(Param):
+    """In, Out, InOut: a tensor of any dtype."""
+    kind = "tensor"
+    dtypes = "a torch.dtype"
+
+    def takes(self, name: str) -> bool:
+        return True
+
+    @property
+    def marker(self) -> str:
+        return {"in": "In", "out": "Out", "inout": "InOut"}[self.direction]
+
+
+class ScalarParam(Param):
+    """Scalar: a number a kernel receives by value, of one of SCALAR_DTYPES; always In."""
+    kind = "scalar"
+    dtypes = f"one of {', '.join(SCALAR_DTYPES)}"
+
+    def takes(self, name: str) -> bool:
+        return name in SCALAR_DTYPES
+
+    @property
+    def marker(self) -> str:
+        return "Scalar"
+
+
+In = TensorParam("in")
+Out = TensorParam("out")
+InOut = TensorParam("inout")
+Scalar = ScalarParam("in")
 
 # The content of an Out buffer that has no initial content (no init_value), as raw bits: a NaN whose
 # payload arithmetic on numbers never makes (floats), an unlikely pattern (integers). An element that
@@ -103,24 +146,19 @@ def unwritten(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(word) == value
 
 
-class _Stampable:
+class Spec(Directed):
+    """What every spec (TensorSpec, ScalarSpec) answers. Its direction is stamped from the kernel's signature
+    (`stamped`); its signature and its row of an artifact's parameter table are what the records hold of it."""
     name: str
+    dtype: torch.dtype
     _direction: str | None = None
 
-    @property
-    def direction(self) -> str:
+    @property  # read-only, and unreadable until stamped: Directed only reads it
+    def direction(self) -> str:  # type: ignore[override]
         if self._direction is None:
             raise SpecError(f"spec {self.name!r}: direction read before the ABI stage stamped it "
                             "(directions come from the kernel signature)")
         return self._direction
-
-    @property
-    def is_input(self) -> bool:
-        return self.direction in ("in", "inout")
-
-    @property
-    def is_output(self) -> bool:
-        return self.direction in ("out", "inout")
 
     def stamped(self, direction: str) -> Self:
         """A copy of this spec carrying the direction read off the artifact."""
@@ -128,9 +166,45 @@ class _Stampable:
         object.__setattr__(copy, "_direction", direction)
         return copy
 
+    @property
+    def by_value(self) -> bool:
+        """Whether the kernel receives its value itself (a Python number: jit compiles it in, an input set
+        holds it among its scalars), not a tensor."""
+        raise NotImplementedError
+
+    @property
+    def signature(self) -> SignatureRow:
+        """Its part of the ABI (Plan.signature): what the ABI stage checks against the kernel's table."""
+        raise NotImplementedError
+
+    def input_recipe(self, fingerprint: Callable[[Any], str]) -> SignatureRow:
+        """Its row of Plan.specs, the key of an input set: its signature, and what makes its initial content,
+        by `fingerprint` (project.fingerprint's)."""
+        raise NotImplementedError
+
+    def param_row(self, tensor_meta: Iterator[tuple] | None) -> ParamRow:
+        """Its row of the parameter table of an artifact compiled for it (stamped). `tensor_meta`: the (shape,
+        dtype name) of each tensor parameter in order, where the compiler says what it takes; a tensor takes the
+        next, a scalar none. None: its own."""
+        raise NotImplementedError
+
+    def argument(self, tensor_for: Callable[["TensorSpec"], Any]) -> Any:
+        """What a call passes for it: a tensor spec's `tensor_for(spec)`, a scalar's value."""
+        raise NotImplementedError
+
+    def rank_view(self) -> Self:
+        """What each rank's kernel receives of it (the kernel is compiled for these): itself, unless it is a
+        tensor placed across ranks."""
+        raise NotImplementedError
+
+    def mismatch(self, value: torch.Tensor) -> str | None:
+        """Why `value`, read from a data file for it, is not what it describes (its shape and dtype, a scalar's
+        value), or None."""
+        raise NotImplementedError
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TensorSpec(_Stampable):
+class TensorSpec(Spec):
     """A tensor parameter. `init_value` is its initial content, for the golden and the kernel alike:
 
     None -> zeros for an input and for the golden's copy of an Out; the kernel's copy of such an Out
@@ -147,8 +221,7 @@ class TensorSpec(_Stampable):
     shape: tuple
     dtype: torch.dtype
     init_value: Any = None
-    resident: object | None = None
-    kind = "tensor"
+    resident: int | str | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -204,14 +277,46 @@ class TensorSpec(_Stampable):
                             f"{tuple(value.shape)}, spec shape is {self.shape}")
         return value.contiguous()
 
+    @property
+    def by_value(self) -> bool:
+        return False
+
+    @property
+    def signature(self) -> SignatureRow:
+        return SignatureRow(self.name, "tensor", self.shape, dtype_name(self.dtype), resident=self.resident)
+
+    def input_recipe(self, fingerprint: Callable[[Any], str]) -> SignatureRow:
+        """Its signature, with the fingerprint of its init_value."""
+        return dataclasses.replace(self.signature, init=fingerprint(self.init_value))
+
+    def param_row(self, tensor_meta: Iterator[tuple] | None) -> ParamRow:
+        shape, dtype = (self.shape, dtype_name(self.dtype)) if tensor_meta is None else next(tensor_meta)
+        return ParamRow(self.name, "tensor", self.direction, dtype, tuple(shape))
+
+    def argument(self, tensor_for: Callable[["TensorSpec"], Any]) -> Any:
+        return tensor_for(self)
+
+    def rank_view(self) -> Self:
+        """A tensor placed across ranks (`resident`): the slice of a stacked one, unplaced; its initial content
+        stays with the whole spec."""
+        if self.resident is None:
+            return self
+        view = dataclasses.replace(self, shape=view_shape(self.shape, self.resident), init_value=None, resident=None)
+        return view if self._direction is None else view.stamped(self._direction)
+
+    def mismatch(self, value: torch.Tensor) -> str | None:
+        if tuple(value.shape) != self.shape or value.dtype != self.dtype:
+            return (f"shape {tuple(value.shape)} {dtype_name(value.dtype)}, but spec {self.name!r} is "
+                    f"shape {self.shape} {dtype_name(self.dtype)}")
+        return None
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ScalarSpec(_Stampable):
+class ScalarSpec(Spec):
     """A scalar parameter, checked for type and range at construction."""
     name: str
     dtype: torch.dtype
     value: int | float | bool  # checked against the dtype at construction
-    kind = "scalar"
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -243,10 +348,36 @@ class ScalarSpec(_Stampable):
         """The value as a 0-dim tensor of the scalar's dtype."""
         return torch.tensor(self.value, dtype=self.dtype)
 
+    @property
+    def by_value(self) -> bool:
+        return True
 
-def declared_params(fn, typed=False, meta_keywords=False) -> list:
-    """The parameter table `fn`'s annotations declare: {"name", "kind", "direction"} rows, plus
-    "dtype" for typed markers (the ABI stage checks it). `typed`: every marker must carry a dtype.
+    @property
+    def signature(self) -> SignatureRow:
+        return SignatureRow(self.name, "scalar", (), dtype_name(self.dtype), value=self.value)
+
+    def input_recipe(self, fingerprint: Callable[[Any], str]) -> SignatureRow:
+        """Its signature, which holds its value."""
+        return self.signature
+
+    def param_row(self, tensor_meta: Iterator[tuple] | None) -> ParamRow:
+        return ParamRow(self.name, "scalar", self.direction, dtype_name(self.dtype), ())
+
+    def argument(self, tensor_for: Callable[["TensorSpec"], Any]) -> Any:
+        return self.value
+
+    def rank_view(self) -> Self:
+        """Itself: every rank receives its value."""
+        return self
+
+    def mismatch(self, value: torch.Tensor) -> str | None:
+        if value.numel() != 1 or not bool(value.reshape(()).to(self.dtype) == self.tensor):
+            return f"holds {value.tolist()!r}, but scalar {self.name!r} is {self.value!r} (compiled in)"
+        return None
+
+
+def declared_params(fn, typed=False, meta_keywords=False) -> list[ParamRow]:
+    """The parameter table `fn`'s annotations declare (Param.row). `typed`: every marker must carry a dtype.
     `meta_keywords`: keyword-only parameters are meta-parameters (a Triton launcher's), not in the table."""
     rows = []
     for p in inspect.signature(fn, eval_str=True).parameters.values():
@@ -257,53 +388,19 @@ def declared_params(fn, typed=False, meta_keywords=False) -> list:
             need = ("a typed annotation such as In[torch.float32]" if typed
                     else "an In, Out, InOut or Scalar annotation")
             raise TypeError(f"kernel {fn.__name__}: parameter {p.name!r} needs {need}, got {marker!r}")
-        rows.append({"name": p.name, "kind": marker.kind, "direction": marker.direction}
-                    | ({"dtype": marker.dtype} if marker.dtype else {}))
+        rows.append(marker.row(p.name))
     return rows
 
 
-def table_of(specs, tensor_meta) -> list:
-    """An artifact's parameter table rows; tensor (shape, dtype name) pairs come from `tensor_meta`, in order."""
-    rows, metas = [], iter(tensor_meta)
-    for s in specs:
-        shape, dtype = next(metas) if s.kind == "tensor" else ((), dtype_name(s.dtype))
-        rows.append({"name": s.name, "kind": s.kind, "direction": s.direction,
-                     "shape": list(shape), "dtype": dtype})
-    return rows
+def table_of(specs: list[Spec], tensor_meta: list[tuple] | None = None) -> list[ParamRow]:
+    """The parameter table of an artifact compiled for the (stamped) `specs` (Spec.param_row): `tensor_meta`, the
+    (shape, dtype name) of each tensor parameter in order where the compiler says what it takes (an exported
+    program's inputs); by default each spec's own."""
+    metas = None if tensor_meta is None else iter(tensor_meta)
+    return [s.param_row(metas) for s in specs]
 
 
-def signature_of(spec) -> dict:
-    """The spec's part of the ABI: name, kind, shape, dtype (a scalar's value; a resident tensor's place)."""
-    sig = {"name": spec.name, "kind": spec.kind, "shape": list(spec.shape), "dtype": dtype_name(spec.dtype)}
-    if spec.kind == "scalar":
-        sig["value"] = spec.value
-    elif spec.resident is not None:
-        sig["resident"] = spec.resident
-    return sig
-
-
-def placement_of(signature: list) -> dict:
-    """Where each resident tensor of a signature (`signature_of` rows) lives across ranks: name ->
-    TensorSpec.resident (AbiMeta.placement)."""
-    return {s["name"]: s["resident"] for s in signature if s.get("resident") is not None}
-
-
-def view_shape(shape, resident) -> list:
-    """The shape one rank of a multi-rank kernel receives of a tensor of `shape` placed by
-    `resident`: a stacked tensor's slice (its leading dim is the rank); anything else whole."""
-    return list(shape[1:] if resident == STACKED else shape)
-
-
-def rank_view(spec):
-    """The spec of what each rank's kernel receives (a stacked tensor's slice, unplaced): the
-    kernel is compiled for these. Its initial content stays with the whole spec."""
-    if spec.kind != "tensor" or spec.resident is None:
-        return spec
-    view = dataclasses.replace(spec, shape=view_shape(spec.shape, spec.resident), init_value=None, resident=None)
-    return view if spec._direction is None else view.stamped(spec._direction)
-
-
-def stamp_all(specs, table) -> list:
+def stamp_all(specs: list[Spec], table: list[ParamRow]) -> list:
     """Stamp each spec with the direction of the same-named row of an ABI-checked table."""
-    directions = {row["name"]: row["direction"] for row in table}
+    directions = {row.name: row.direction for row in table}
     return [s.stamped(directions[s.name]) for s in specs]

@@ -39,8 +39,8 @@ def recipe(stage: Stage, plan: Plan, upstream: dict) -> dict:
 
 
 def keyed(stage: Stage, plan: Plan) -> dict:
-    """The plan fields that enter the stage's key, by name."""
-    return {f: getattr(plan, f) for f in stage.plan_fields}
+    """The plan fields that enter the stage's key, by name, as JSON."""
+    return {f: plan.field_json(f) for f in stage.plan_fields}
 
 
 def view(stage: Stage, plan: Plan) -> StagePlan:

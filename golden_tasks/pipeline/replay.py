@@ -128,7 +128,7 @@ def staleness(path: Path, manifest: Manifest, project: Path) -> list:
                         "is all that is left of it"]
     current, saved = plans[0], manifest.fingerprints
     for field, meaning in REPLAY_MEANING.items():
-        if field in saved and getattr(current, field) != saved[field]:  # dirs written before a field was recorded
+        if field in saved and current.field_json(field) != saved[field]:  # dirs written before a field was recorded
             detail = ""
             if field in current.parts:
                 old, new = saved["parts"].get(field, {}), current.parts[field]

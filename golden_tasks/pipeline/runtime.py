@@ -22,11 +22,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from ..model.hashing import canonical_json, digest_bytes
 from ..model.outputs import POLICY_FILE, AbiMeta, CompileMeta, InputsMeta, Meta, Outputs
 from ..model.plan import REPLAY_MEANING, Plan
 from ..model.records import MANIFEST, MANIFEST_FORMAT, BadRecord, CaseRow, Manifest
+from ..model.rows import ParamRow, fields_from_json, rows_from_json
 from ..project.toolchain import pipeline_version, toolchain
 from ..storage.store import umask
 from . import graph
@@ -90,11 +92,11 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = Non
             tensors[rel] = {k: record[k] for k in ("digest", "nbytes", "dtype", "shape")}
     table = AbiMeta.of(entries[StageName.ABI]).table
     for name, value in InputsMeta.of(entries[StageName.INPUTS]).scalars.items():
-        row = next(r for r in table if r["name"] == name)
-        raw = torch.tensor(value, dtype=dtype_of(row["dtype"])).reshape(1).view(torch.uint8).numpy().tobytes()
+        dtype = cast(str, next(r.dtype for r in table if r.name == name))  # a checked table's rows have every field
+        raw = torch.tensor(value, dtype=dtype_of(dtype)).reshape(1).view(torch.uint8).numpy().tobytes()
         rel = f"data/in/{name}.bin"
         (tmp / rel).write_bytes(raw)
-        tensors[rel] = {"digest": digest_bytes(raw), "nbytes": len(raw), "dtype": row["dtype"], "shape": []}
+        tensors[rel] = {"digest": digest_bytes(raw), "nbytes": len(raw), "dtype": dtype, "shape": []}
     compiled, built = entries[StageName.COMPILE], CompileMeta.of(entries[StageName.COMPILE])
     for name, record in compiled.objects.items():
         _place(store.object_path(record["digest"]), tmp / "artifact" / name)
@@ -103,13 +105,13 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = Non
     files[POLICY_FILE] = {"digest": policy["digest"], "nbytes": policy["nbytes"]}
     manifest = Manifest(
         format=MANIFEST_FORMAT, case=plan.case, module=plan.module, profile=plan.profile,
-        keys=lookups.keys(), fingerprints={f: getattr(plan, f) for f in FINGERPRINTS},
+        keys=lookups.keys(), fingerprints={f: plan.field_json(f) for f in FINGERPRINTS},
         toolchain=toolchain(), pipeline=pipeline_version(), table=table,
         placement=AbiMeta.of(entries[StageName.ABI]).placement, bench=plan.bench, timeout=plan.timeout,
         # saved stages that skipped (a case without a golden): a replay skips what reads them
         skipped={s.name: reason for s in STAGES
                  if s.replay is InReplay.SAVED and (reason := s.meta.of(entries[s.name]).skipped)},
-        artifact={"backend": built.backend, "module": built.module, "table": built.table,
+        artifact={"backend": built.backend, "module": built.module, "table": [r.to_json() for r in built.table],
                   "files": {f"artifact/{n}": {"digest": r["digest"], "nbytes": r["nbytes"]}
                             for n, r in compiled.objects.items()}},
         tensors=tensors, files=files)
@@ -127,7 +129,7 @@ def saved_plan(manifest: Manifest, bench: dict | None = None) -> Plan:
     """The plan of a runtime dir's run, as far as it was recorded (`bench`: warmup/rounds over the run's)."""
     return Plan(case=manifest.case, module=manifest.module, profile=manifest.profile,
                 timeout=Plan.timeout if manifest.timeout is None else manifest.timeout,
-                bench={**manifest.bench, **(bench or {})}, **manifest.fingerprints)
+                bench={**manifest.bench, **(bench or {})}, **fields_from_json(Plan, manifest.fingerprints))
 
 
 def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
@@ -141,12 +143,13 @@ def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
                 for rel, record in manifest.tensors.items() if rel.startswith(prefix)}
 
     table, artifact, inputs, skipped = manifest.table, manifest.artifact, folder(StageName.INPUTS), manifest.skipped
-    scalars = {r["name"]: inputs.pop(r["name"]).item() for r in table if r["kind"] == "scalar"}
+    scalars = {r.name: inputs.pop(r.name).item() for r in table if r.by_value}
     return {
         StageName.ABI: Outputs(meta=AbiMeta(table=table, placement=manifest.placement)),
         StageName.COMPILE: Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact["files"]},
                                    meta=CompileMeta(backend=artifact["backend"], module=artifact["module"],
-                                                    table=artifact["table"])),
+                                                    table=rows_from_json(ParamRow, artifact["table"],
+                                                                         "artifact.table"))),
         StageName.INPUTS: Outputs(tensors=inputs, meta=InputsMeta(scalars=scalars)),
         StageName.GOLDEN: Outputs(tensors=folder(StageName.GOLDEN), meta=Meta(skipped=skipped.get(StageName.GOLDEN))),
         StageName.INPUTS2: Outputs(tensors=folder(StageName.INPUTS2),

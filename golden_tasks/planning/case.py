@@ -15,7 +15,8 @@ from ..model.compare import Policy
 from ..model.errors import SpecError, StalePlan
 from ..model.hashing import canonical_json, digest_file
 from ..model.plan import SOURCE_FIELDS, BenchSettings, Plan
-from ..model.specs import ScalarSpec, TensorSpec, placement_of, signature_of
+from ..model.rows import placement_of
+from ..model.specs import Spec
 from ..project import config
 from ..project.fingerprint import Fingerprinter
 from ..project.fingerprint_parts import changed_parts, parts
@@ -76,7 +77,7 @@ class Case(BenchSettings):
         if not isinstance(kernel, KernelForm):
             raise SpecError(f"case {self.name!r}: no kernel (expected a @jit, @cpp or @triton_kernel function "
                             f"{short!r} in the module or kernel=...)")
-        if not any(p["direction"] in ("out", "inout") for p in kernel.params()):
+        if not any(p.is_output for p in kernel.params()):
             raise SpecError(f"case {self.name!r}: kernel {kernel.name} has no Out or InOut parameter, "
                             "so there is nothing to verify")
         if self.ranks is not None:
@@ -115,7 +116,7 @@ class Case(BenchSettings):
     def placement(self) -> dict:
         """Where each resident tensor of a resolved case lives across ranks (name -> TensorSpec.resident),
         as AbiMeta.placement records it; the validate stage names a stacked output's wrong ranks by it."""
-        return placement_of([signature_of(s) for s in self.specs])
+        return placement_of([s.signature for s in self.specs])
 
     def _specs(self, ranks: int) -> list:
         """The spec list, from `specs` or by calling it (with `ranks` if it takes them); anything
@@ -129,7 +130,7 @@ class Case(BenchSettings):
                 specs = self.specs()
         except SpecError as exc:
             raise SpecError(f"case {self.name!r}: {exc}") from None
-        if not isinstance(specs, (list, tuple)) or not all(isinstance(s, (TensorSpec, ScalarSpec)) for s in specs):
+        if not isinstance(specs, (list, tuple)) or not all(isinstance(s, Spec) for s in specs):
             raise SpecError(f"case {self.name!r}: specs must be a list of TensorSpec and ScalarSpec "
                             f"(or a function returning one), got {_short_repr(specs)}")
         return list(specs)
@@ -163,15 +164,9 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
     fp = Fingerprinter()
     data, data_files = describe(case, case.kernel.params())
     external, external_files = declared_reads(case)
-    specs = []
-    for s in case.specs:
-        desc = signature_of(s)
-        if s.kind == "tensor":
-            desc["init"] = fp(s.init_value)
-        specs.append(desc)
     plan = Plan(
-        case=case.name, module=module, profile=profile, timeout=case.timeout,
-        params=case.kernel.params(), signature=[signature_of(s) for s in case.specs], specs=specs, seed=case.seed,
+        case=case.name, module=module, profile=profile, timeout=case.timeout, params=case.kernel.params(),
+        signature=[s.signature for s in case.specs], specs=[s.input_recipe(fp) for s in case.specs], seed=case.seed,
         kernel=fp(case.kernel), backend=case.backend, options=case.options,
         ranks=case.ranks, resources=dict(case.resources),
         golden=fp(case.golden) if case.golden is not None else None,
@@ -207,7 +202,7 @@ def live_case(plan: Plan) -> Case:
             current, _ = plan_of(resolved, plan.module)
             # compared as JSON text: the plan came back from JSON (tuples read back as lists)
             changed = [k for k in SOURCE_FIELDS if not (recorded and k in ("kernel", "params"))
-                       and canonical_json(getattr(current, k)) != canonical_json(getattr(plan, k))]
+                       and canonical_json(current.field_json(k)) != canonical_json(plan.field_json(k))]
             if changed:
                 named = []
                 for k in changed:  # the function's parts that changed, where it has them

@@ -17,7 +17,7 @@ import torch
 from ..model.errors import SpecError
 from ..model.hashing import digest_file
 from ..model.records import BadRecord, Manifest
-from ..model.specs import dtype_name
+from ..model.rows import ParamRow
 from ..project.observe import listed
 from ..storage.tensors import map_raw
 
@@ -48,18 +48,18 @@ def read(root, folder: str, name: str) -> torch.Tensor:
     return map_raw(path, tensors[f"{RUNTIME_FOLDERS[folder]}/{name}.bin"])
 
 
-def required(params: list) -> dict:
+def required(params: list[ParamRow]) -> dict:
     """folder -> parameter names that must have a file there, per the parameter's kind and direction."""
     need = {"in": [], "out": []}
     for p in params:
-        if p["kind"] == "scalar" or p["direction"] in ("in", "inout"):
-            need["in"].append(p["name"])
-        if p["kind"] == "tensor" and p["direction"] in ("out", "inout"):
-            need["out"].append(p["name"])
+        if p.by_value or p.is_input:
+            need["in"].append(p.name)
+        if not p.by_value and p.is_output:
+            need["out"].append(p.name)
     return need
 
 
-def describe(case, params: list) -> tuple[dict, set]:
+def describe(case, params: list[ParamRow]) -> tuple[dict, set]:
     """({"data_in": {name: digest}, "data_out": {...}}, files read) for a resolved case.
 
     Raises SpecError listing every missing file, and naming each file whose
@@ -77,22 +77,11 @@ def describe(case, params: list) -> tuple[dict, set]:
             problems.append(f"missing data files for case {case.name!r}:\n    " + "\n    ".join(missing))
             continue
         for name, path in paths.items():
-            problem = _mismatch(specs[name], read(root, folder, name), path)
+            problem = specs[name].mismatch(read(root, folder, name))
             if problem:
-                problems.append(problem)
+                problems.append(f"{path}: {problem}")
             found[f"data_{folder}"][name] = digest_file(path)
             files.add(str(path))
     if problems:
         raise SpecError("\n  ".join(problems))
     return found, files
-
-
-def _mismatch(spec, value: torch.Tensor, path: Path):
-    if spec.kind == "scalar":
-        if value.numel() != 1 or not bool(value.reshape(()).to(spec.dtype) == spec.tensor):
-            return f"{path}: holds {value.tolist()!r}, but scalar {spec.name!r} is {spec.value!r} (compiled in)"
-        return None
-    if tuple(value.shape) != spec.shape or value.dtype != spec.dtype:
-        return (f"{path}: shape {tuple(value.shape)} {dtype_name(value.dtype)}, but spec {spec.name!r} is "
-                f"shape {spec.shape} {dtype_name(spec.dtype)}")
-    return None

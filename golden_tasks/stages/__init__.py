@@ -203,7 +203,7 @@ def load_checked(compiled: Outputs, abi: Outputs):
     meta = compiled.meta
     artifact = Artifact.restore(meta.backend, meta.table, compiled.files, meta.module)
     if artifact.table != abi.meta.table:
-        diffs = [f"{a} != {b}" for a, b in zip(artifact.table, abi.meta.table) if a != b]
+        diffs = [f"{a.to_json()} != {b.to_json()}" for a, b in zip(artifact.table, abi.meta.table) if a != b]
         raise StageFailed("artifact parameter table differs from the ABI-checked one:\n  "
                           + "\n  ".join(diffs or ["different parameter count"]))
     return artifact

@@ -8,13 +8,13 @@ kernel takes (on each rank, for a multi-rank kernel: a stacked tensor's slice),
 and the placement of resident tensors across ranks.
 """
 from ..model.outputs import AbiMeta, Upstream
-from ..model.specs import STACKED, placement_of, view_shape
+from ..model.rows import STACKED, ParamRow, SignatureRow, placement_of
 from . import Outputs, StageFailed
 
 
-def problems(params: list, signature: list, ranks: int = 1) -> list:
-    declared = [p["name"] for p in params]
-    given = [s["name"] for s in signature]
+def problems(params: list[ParamRow], signature: list[SignatureRow], ranks: int = 1) -> list:
+    declared = [p.name for p in params]
+    given = [s.name for s in signature]
     found = []
     missing, extra = [n for n in declared if n not in given], [n for n in given if n not in declared]
     # one line: the summary shows the first, and the two halves together say what to rename
@@ -24,39 +24,38 @@ def problems(params: list, signature: list, ranks: int = 1) -> list:
         found.append("; ".join(names) + (" (a spec is named as its kernel parameter)" if missing and extra else ""))
     if not missing and not extra and declared != given:
         found.append(f"order differs: kernel ({', '.join(declared)}) vs specs ({', '.join(given)})")
-    specs = {s["name"]: s for s in signature}
+    specs = {s.name: s for s in signature}
     for p in params:
-        s = specs.get(p["name"])
+        s = specs.get(p.name)
         if s is None:
             continue
-        where = f"parameter {p['name']!r}"
-        if p["kind"] != s["kind"]:
-            found.append(f"{where}: kernel declares a {p['kind']}, spec is a {s['kind']}")
-        if p["kind"] == "scalar" and p["direction"] != "in":
-            found.append(f"{where}: a scalar must be In, kernel declares {p['direction']}")
-        if p.get("dtype") is not None and p["dtype"] != s["dtype"]:
-            found.append(f"{where}: kernel expects dtype {p['dtype']}, spec has {s['dtype']}")
-        shape, view = p.get("shape"), view_shape(s["shape"], s.get("resident"))
-        sliced = f", whose slice per rank is {view}" if view != s["shape"] else ""
-        if shape is not None:
-            if len(shape) != len(view):
-                found.append(f"{where}: kernel expects rank {len(shape)}, spec has shape {s['shape']}{sliced}")
-            elif any(d is not None and d != g for d, g in zip(shape, view)):
-                found.append(f"{where}: kernel expects shape {shape}, spec has {s['shape']}{sliced}")
+        where = f"parameter {p.name!r}"
+        if p.kind != s.kind:
+            found.append(f"{where}: kernel declares a {p.kind}, spec is a {s.kind}")
+        if p.by_value and p.direction != "in":
+            found.append(f"{where}: a scalar must be In, kernel declares {p.direction}")
+        if p.dtype is not None and p.dtype != s.dtype:
+            found.append(f"{where}: kernel expects dtype {p.dtype}, spec has {s.dtype}")
+        # shapes shown as lists, as the JSON of a plan and the kernel's declaration write them
+        sliced = f", whose slice per rank is {list(s.rank_shape)}" if s.rank_shape != s.shape else ""
+        if p.shape is not None:
+            if len(p.shape) != len(s.rank_shape):
+                found.append(f"{where}: kernel expects rank {len(p.shape)}, spec has shape {list(s.shape)}{sliced}")
+            elif any(d is not None and d != g for d, g in zip(p.shape, s.rank_shape)):
+                found.append(f"{where}: kernel expects shape {list(p.shape)}, spec has {list(s.shape)}{sliced}")
     return found + placement_problems(signature, ranks)
 
 
-def placement_problems(signature: list, ranks: int) -> list:
+def placement_problems(signature: list[SignatureRow], ranks: int) -> list:
     """Resident specs that do not fit the world size: a stacked one needs one leading slice per
     rank, a rank-resident one a rank that exists."""
     found = []
     for s in signature:
-        where = s.get("resident")
-        if where == STACKED and s["shape"][0] != ranks:
-            found.append(f"spec {s['name']!r}: resident={STACKED!r} needs leading dim {ranks} (one slice per "
-                         f"rank of world size {ranks}), spec has shape {s['shape']}")
-        elif isinstance(where, int) and where >= ranks:
-            found.append(f"spec {s['name']!r}: resident={where} names a rank outside world size {ranks}")
+        if s.resident == STACKED and s.shape[0] != ranks:
+            found.append(f"spec {s.name!r}: resident={STACKED!r} needs leading dim {ranks} (one slice per "
+                         f"rank of world size {ranks}), spec has shape {list(s.shape)}")
+        elif isinstance(s.resident, int) and s.resident >= ranks:
+            found.append(f"spec {s.name!r}: resident={s.resident} names a rank outside world size {ranks}")
     return found
 
 
@@ -64,7 +63,6 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
     found = problems(plan.params, plan.signature, plan.ranks)
     if found:
         raise StageFailed(f"ABI mismatch for {plan.case}:\n  " + "\n  ".join(found))
-    directions = {p["name"]: p["direction"] for p in plan.params}
-    table = [{"name": s["name"], "kind": s["kind"], "direction": directions[s["name"]],
-              "shape": view_shape(s["shape"], s.get("resident")), "dtype": s["dtype"]} for s in plan.signature]
+    directions = {p.name: p.direction for p in plan.params}
+    table = [s.param_row(directions[s.name]) for s in plan.signature]
     return Outputs(meta=AbiMeta(table=table, placement=placement_of(plan.signature)))

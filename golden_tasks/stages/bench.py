@@ -67,7 +67,7 @@ class _Fresh:
     """Before a call: each Out and InOut argument back to what it held when placed (its initial content)."""
 
     def __init__(self, args: list, table: list):
-        self.restore = [(a, a.clone()) for a, row in zip(args, table) if row.get("direction") in ("out", "inout")]
+        self.restore = [(a, a.clone()) for a, row in zip(args, table) if row.is_output]
 
     def __call__(self) -> None:
         for arg, initial in self.restore:

@@ -1,8 +1,7 @@
 """Compile: the kernel form builds its artifact for the stamped specs (a multi-rank kernel: for
-what each rank receives, specs.rank_view)."""
+what each rank receives, Spec.rank_view)."""
 from ..model.errors import CompileError
 from ..model.outputs import CompileMeta, Upstream
-from ..model.specs import rank_view
 from . import Outputs, StageFailed, stamped_specs
 
 
@@ -10,7 +9,7 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
     abi = upstream.abi
     options = {**plan.options, "backend": plan.backend, "ranks": plan.ranks}
     try:
-        artifact = case.kernel.compile([rank_view(s) for s in stamped_specs(case, abi)], options, workdir)
+        artifact = case.kernel.compile([s.rank_view() for s in stamped_specs(case, abi)], options, workdir)
     except CompileError as exc:
         raise StageFailed(f"compile failed for {plan.case}: {exc}") from exc
     return Outputs(files=artifact.files, meta=CompileMeta(backend=artifact.backend, module=type(artifact).__module__,

@@ -2,7 +2,8 @@
 
 It receives a dict keyed by spec name: clones of the inputs, its own output
 buffers (InOut initial values; Out from init_value or zeros), scalars as Python
-values. A golden that leaves a pure Out untouched fails here, rather than as a
+values (a scalar is In: the ABI stage refuses any other direction, so it is never
+an output). A golden that leaves a pure Out untouched fails here, rather than as a
 kernel mismatch against the untouched buffer. golden_bench times it on the same
 inputs, for the report's speedup.
 """
@@ -19,7 +20,7 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
     abi, inputs = upstream.abi, upstream.inputs
     if case.golden_from is not None:  # saved goldens take precedence over the function
         return Outputs(tensors={s.name: data.read(case.golden_from, "out", s.name).contiguous()
-                                for s in stamped_specs(case, abi) if s.kind == "tensor" and s.is_output})
+                                for s in stamped_specs(case, abi) if s.is_output})
     if case.golden is None:
         return Outputs(meta=Meta(skipped=NO_GOLDEN))
     return Outputs(tensors=outputs_of(case, plan.case, plan.seed, abi, inputs))
@@ -28,15 +29,9 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
 def arguments(case, seed: int, abi, inputs) -> dict:
     """The golden's argument dict: clones of the inputs, its own output buffers (InOut from the
     inputs, Out from init_value, as the kernel's, or zeros), scalars as Python values."""
-    args = {}
-    for s in stamped_specs(case, abi):
-        if s.kind == "scalar":
-            args[s.name] = inputs.meta.scalars[s.name]
-        elif s.name in inputs.tensors:
-            args[s.name] = inputs.tensors[s.name].clone()
-        else:
-            args[s.name] = make(s, seed)
-    return args
+    def tensor_for(s):
+        return inputs.tensors[s.name].clone() if s.name in inputs.tensors else make(s, seed)
+    return {s.name: s.argument(tensor_for) for s in stamped_specs(case, abi)}
 
 
 def outputs_of(case, name: str, seed: int, abi, inputs) -> dict:
@@ -45,7 +40,7 @@ def outputs_of(case, name: str, seed: int, abi, inputs) -> dict:
     specs = stamped_specs(case, abi)
     args = arguments(case, seed, abi, inputs)
     buffers = {s.name: (args[s.name], args[s.name]._version, args[s.name].clone())
-               for s in specs if s.kind == "tensor" and s.direction == "out"}
+               for s in specs if s.direction == "out"}
     try:
         case.golden(args)
     except Exception as exc:
@@ -55,4 +50,4 @@ def outputs_of(case, name: str, seed: int, abi, inputs) -> dict:
     if untouched:
         raise StageFailed(f"golden of {name} never wrote its output {', '.join(map(repr, untouched))}: "
                           "it still holds its initial value (write it in place, e.g. t['out'].copy_(...))")
-    return {s.name: args[s.name].clone() for s in specs if s.kind == "tensor" and s.is_output}
+    return {s.name: args[s.name].clone() for s in specs if s.is_output}

@@ -13,20 +13,21 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
     specs = stamped_specs(case, abi)
     if case.inputs_from is not None:  # checked against the specs when planned
         tensors = {s.name: data.read(case.inputs_from, "in", s.name).contiguous()
-                   for s in specs if s.kind == "tensor" and s.is_input}
+                   for s in specs if s.is_input and not s.by_value}
         return made(specs, tensors, plan.seed)
     return generated(specs, plan.seed)
 
 
 def generated(specs: list, seed: int) -> Outputs:
     """The initial tensors of the (stamped) specs, each from its init_value under `seed`."""
-    return made(specs, {s.name: make(s, seed) for s in specs if s.kind == "tensor" and s.is_input}, seed)
+    return made(specs, {s.name: make(s, seed) for s in specs if s.is_input and not s.by_value}, seed)
 
 
 def made(specs: list, tensors: dict, seed: int) -> Outputs:
-    """The inputs `tensors`, with the initialised Outs made under `seed` and the scalars."""
-    outs = {s.name: make(s, seed) for s in specs if s.kind == "tensor" and not s.is_input and s.initialised}
-    scalars = {s.name: s.value for s in specs if s.kind == "scalar"}
+    """The inputs `tensors`, with the initialised Outs made under `seed` and the scalars (a scalar is In: the
+    ABI stage refuses any other direction)."""
+    outs = {s.name: make(s, seed) for s in specs if s.direction == "out" and s.initialised}
+    scalars = {s.name: s.value for s in specs if s.by_value}
     return Outputs(tensors={**tensors, **outs}, meta=InputsMeta(scalars=scalars, nonfinite=nonfinite(tensors)))
 
 

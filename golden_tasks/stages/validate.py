@@ -4,7 +4,8 @@ import dataclasses
 
 from ..model.compare import Allclose, Policy, allclose
 from ..model.outputs import Upstream, ValidateMeta, Worst
-from ..model.specs import STACKED, unwritten
+from ..model.rows import STACKED
+from ..model.specs import unwritten
 from . import Outputs, StageFailed
 from .policy import saved_policy
 
