@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from golden_tasks.storage import store as store_module
-from golden_tasks.storage.store import RACY_NS, Store
+from golden_tasks.storage.entry import RACY_NS
+from golden_tasks.storage.store import Store
 from golden_tasks.storage.tensors import load_tensor, put_tensor
 
 

@@ -31,7 +31,8 @@ from ..project.layout import LayoutError
 from ..project.toolchain import node_class
 from ..reports.figures import drawn_from
 from ..reports.runs_compare import DRIFT, FAIL_ON, BadRecord, compare
-from ..storage.store import CorruptObject, Store, object_problem
+from ..storage.entry import CorruptObject
+from ..storage.store import Store, object_problem
 from .scaffold import InitRefused, init
 
 UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}

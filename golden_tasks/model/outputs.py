@@ -29,7 +29,7 @@ class Meta:
 
     @classmethod
     def of(cls, entry) -> Self:
-        """The typed meta of a stored entry (store.Entry)."""
+        """The typed meta of a stored entry (storage.entry.Entry)."""
         return cls(**entry.meta)
 
     def to_json(self) -> dict:

@@ -37,7 +37,8 @@ from ..model.hashing import digest_bytes, digest_file
 from ..model.plan import Plan
 from ..project import config
 from ..project.toolchain import hardware, node_class
-from ..storage.store import CorruptObject, Store, object_problem
+from ..storage.entry import CorruptObject
+from ..storage.store import Store, object_problem
 from .execution import CaseSource, DamagedUpstream, produce_here
 from .stage_table import BY_NAME, Stage, StageName
 from .stored import Produced

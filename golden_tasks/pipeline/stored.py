@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..model.outputs import SAMPLES_FILE, Outputs, Stats, join_timing
 from ..project.toolchain import hardware
-from ..storage.store import CorruptObject, Entry, Store, object_problem
+from ..storage.entry import CorruptObject, Entry
+from ..storage.store import Store, object_problem
 from .stage_table import BY_NAME
 
 
