@@ -1,6 +1,7 @@
 """The files golden-tasks writes for people and scripts to read, as types declared once: the run record
-(runs/report.json: a RunRecord holds a CaseRow per case, and a row the kernel's and the golden's Timing)
-and a runtime dir's Manifest (runs/<case>/manifest.json).
+(runs/report.json: a RunRecord holds a CaseRow per case, and a row the kernel's and the golden's Timing), a
+runtime dir's Manifest (runs/<case>/manifest.json), and the record of an object in the store (StoredObject,
+StoredTensor), as a store entry and a manifest name it.
 
 report builds the record (in the doit parent, and in golden_tasks.run); the JUnit writer, the HTML page,
 `compare` and `golden-tasks watch` read it; runtime writes a Manifest, replay and data read it. `to_json`
@@ -264,6 +265,31 @@ class RunRecord(JsonRecord):
             raise BadRecord(f"{path}: {exc}") from None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredObject(JsonRecord):
+    """Bytes the store holds as an object (storage.store), as what uses them records them: a store entry's
+    objects, a runtime dir's files. A file that no longer has this size and digest is damaged."""
+    digest: str  # of the bytes (hashing.digest_bytes): the object's name in the store
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredTensor(StoredObject):
+    """A tensor's raw little-endian bytes in C order (storage.tensors), with what makes them a tensor again."""
+    dtype: str  # specs.dtype_name
+    shape: list[int]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SavedArtifact(JsonRecord):
+    """The compiled kernel a runtime dir keeps: how to restore it (CompileMeta's backend, module and table)
+    and its files, under artifact/."""
+    backend: str | None
+    module: str | None
+    table: list[dict]
+    files: dict[str, StoredObject]  # relative path (artifact/<name>) -> the file
+
+
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 3  # 2: the second input set (data/in2, data/golden2); 3: policy.pkl in every dir
 
@@ -284,14 +310,14 @@ class Manifest(JsonRecord):
     bench: dict  # the plan's BenchSettings
     timeout: float | None = None
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # saved stage -> why it skipped
-    artifact: dict  # the compiled kernel: backend, module, table, files
-    tensors: dict[str, dict]  # relative path -> digest, nbytes, dtype, shape
-    files: dict[str, dict]  # other files (policy.pkl) -> digest, nbytes
+    artifact: SavedArtifact
+    tensors: dict[str, StoredTensor]  # relative path -> the tensor's file (data/<folder>/<name>.bin)
+    files: dict[str, StoredObject]  # other files (policy.pkl)
     mtimes: dict[str, int] = dataclasses.field(default_factory=dict)  # relative path -> st_mtime_ns when written
 
-    def recorded(self) -> dict:
-        """Every file of the runtime dir (relative path -> digest, nbytes, ...) but the manifest and report."""
-        return {**self.tensors, **self.artifact["files"], **self.files}
+    def recorded(self) -> dict[str, StoredObject]:
+        """Every file of the runtime dir by relative path, but the manifest and report."""
+        return {**self.tensors, **self.artifact.files, **self.files}
 
     @classmethod
     def read(cls, case_dir: Path) -> "Manifest":

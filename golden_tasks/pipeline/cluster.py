@@ -35,6 +35,7 @@ from typing import Any, cast
 from ..model.errors import StageFailed, VerificationFailure
 from ..model.hashing import digest_bytes, digest_file
 from ..model.plan import Plan
+from ..model.records import StoredObject
 from ..project import config
 from ..project.toolchain import hardware, node_class
 from ..storage.entry import CorruptObject
@@ -91,7 +92,7 @@ class RayCluster:
         options, group = self._options(stage, plan, upstream)
         try:
             try:
-                objects = {r["digest"]: self._put(store, entry, name, r)
+                objects = {r.digest: self._put(store, entry, name, r)
                            for entry in upstream.values() for name, r in entry.objects.items()}
             except CorruptObject as corruption:
                 return DamagedUpstream(corruption.entry, corruption.name, corruption.problem)
@@ -167,9 +168,9 @@ class RayCluster:
                 self._ray = ray
         return self._ray
 
-    def _put(self, store: Store, entry, name: str, record: dict):
+    def _put(self, store: Store, entry, name: str, record: StoredObject):
         """The ObjectRef of an upstream object, read from the store and checked (CorruptObject if damaged)."""
-        digest = record["digest"]
+        digest = record.digest
         if digest not in self._refs:
             try:
                 data = store.object_path(digest).read_bytes()
@@ -310,7 +311,7 @@ def _checkout(driver_root: str, expected: dict) -> Path:
 @dataclasses.dataclass(frozen=True)
 class Sent:
     """Produced, sent back from a node: each object as (its record, its bytes), for the driver's store."""
-    objects: dict
+    objects: dict[str, tuple[StoredObject, bytes]]
     meta: dict
     stats: dict
 
@@ -333,17 +334,17 @@ def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkou
         store = project.store
         for entry in upstream.values():
             for record in entry.objects.values():
-                if object_problem(store.object_path(record["digest"]), record):
-                    got = store.put_buffer(ray.get(refs[0][record["digest"]]))
-                    if got["digest"] != record["digest"]:
+                if object_problem(store.object_path(record.digest), record):
+                    got = store.put_buffer(ray.get(refs[0][record.digest]))
+                    if got.digest != record.digest:
                         raise StageFailed(f"an object of the {entry.stage} stage reached node {hardware()['host']} "
-                                          f"altered (digest {got['digest']}, not {record['digest']})")
+                                          f"altered (digest {got.digest}, not {record.digest})")
         made = produce_here(BY_NAME[stage_name], plan, store, upstream, case)
     except VerificationFailure as exc:
         return exc
     if not isinstance(made, Produced):
         return made
-    return Sent({n: (r, store.object_path(r["digest"]).read_bytes()) for n, r in made.objects.items()},
+    return Sent({n: (r, store.object_path(r.digest).read_bytes()) for n, r in made.objects.items()},
                 made.meta, made.stats)
 
 
@@ -357,9 +358,9 @@ def _received(stage: Stage, store: Store, outcome: Sent | DamagedUpstream | Veri
     objects, stats = {}, outcome.stats
     for name, (record, data) in outcome.objects.items():
         got = store.put_buffer(data)
-        if (got["digest"], got["nbytes"]) != (record["digest"], record["nbytes"]):
+        if (got.digest, got.nbytes) != (record.digest, record.nbytes):
             raise StageFailed(f"object {name!r} of the {stage.name} stage came back from node "
-                              f"{(stats.get('node') or {}).get('host')} as {got['digest']}, not the {record['digest']} "
+                              f"{(stats.get('node') or {}).get('host')} as {got.digest}, not the {record.digest} "
                               "it was sent as: not committed")
         objects[name] = record
     return Produced(objects, outcome.meta, stats)

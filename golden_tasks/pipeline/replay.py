@@ -62,9 +62,9 @@ def _check_files(path: Path, manifest: Manifest) -> None:
         file = path / rel
         if not file.exists():
             problems.append(f"{rel}: missing")
-        elif file.stat().st_size != record["nbytes"]:
-            problems.append(f"{rel}: {file.stat().st_size} bytes, {record['nbytes']} expected (truncated?)")
-        elif digest_file(file) != record["digest"]:
+        elif file.stat().st_size != record.nbytes:
+            problems.append(f"{rel}: {file.stat().st_size} bytes, {record.nbytes} expected (truncated?)")
+        elif digest_file(file) != record.digest:
             problems.append(f"{rel}: content does not match its recorded digest (modified?)")
     if problems:
         raise ReplayError(f"{path} is damaged:\n  " + "\n  ".join(problems))
@@ -86,7 +86,7 @@ def _unchecked(manifest: Manifest, project: Path) -> str | None:
 def _check_modules(path: Path, manifest: Manifest) -> None:
     """Refuse a dir that names a module path of golden-tasks that no longer exists (modules move with no alias
     kept): its artifact's module, or one its pickles name (read as opcodes: nothing saved is executed here)."""
-    named = {manifest.artifact["module"]}
+    named = {manifest.artifact.module} if manifest.artifact.module else set()
     for rel in sorted(manifest.recorded()):
         if rel.endswith(".pkl"):
             named |= _modules_pickled(path / rel)

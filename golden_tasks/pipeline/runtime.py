@@ -26,7 +26,7 @@ from pathlib import Path
 from ..model.hashing import canonical_json, digest_bytes
 from ..model.outputs import POLICY_FILE, AbiMeta, CompileMeta, InputsMeta, Meta, Outputs
 from ..model.plan import REPLAY_MEANING, Plan
-from ..model.records import MANIFEST, MANIFEST_FORMAT, BadRecord, CaseRow, Manifest
+from ..model.records import MANIFEST, MANIFEST_FORMAT, BadRecord, CaseRow, Manifest, SavedArtifact, StoredTensor
 from ..project.toolchain import pipeline_version, toolchain
 from ..storage.store import umask
 from . import graph
@@ -53,7 +53,7 @@ def is_current(lookups: graph.Lookups, case_dir: Path) -> bool:
             st = os.stat(case_dir / rel)
         except OSError:
             return False
-        if st.st_size != record["nbytes"] or st.st_mtime_ns != manifest.mtimes.get(rel):
+        if st.st_size != record.nbytes or st.st_mtime_ns != manifest.mtimes.get(rel):
             return False
     return True
 
@@ -82,25 +82,26 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = Non
     case_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=case_dir.parent, prefix=f".{case_dir.name}."))
     os.chmod(tmp, 0o777 & ~umask())  # as a plain mkdir would make it
-    tensors, files = {}, {}
+    tensors: dict[str, StoredTensor] = {}
     for stage in (s for s in STAGES if s.folder):
         for name, record in entries[stage.name].objects.items():
-            rel = f"{stage.folder}/{name}.bin"
-            _place(store.object_path(record["digest"]), tmp / rel)
-            tensors[rel] = {k: record[k] for k in ("digest", "nbytes", "dtype", "shape")}
+            if isinstance(record, StoredTensor):
+                rel = f"{stage.folder}/{name}.bin"
+                _place(store.object_path(record.digest), tmp / rel)
+                tensors[rel] = record
     table = AbiMeta.of(entries[StageName.ABI]).table
     for name, value in InputsMeta.of(entries[StageName.INPUTS]).scalars.items():
         row = next(r for r in table if r["name"] == name)
         raw = torch.tensor(value, dtype=dtype_of(row["dtype"])).reshape(1).view(torch.uint8).numpy().tobytes()
         rel = f"data/in/{name}.bin"
         (tmp / rel).write_bytes(raw)
-        tensors[rel] = {"digest": digest_bytes(raw), "nbytes": len(raw), "dtype": row["dtype"], "shape": []}
+        tensors[rel] = StoredTensor(digest=digest_bytes(raw), nbytes=len(raw), dtype=row["dtype"], shape=[])
     compiled, built = entries[StageName.COMPILE], CompileMeta.of(entries[StageName.COMPILE])
     for name, record in compiled.objects.items():
-        _place(store.object_path(record["digest"]), tmp / "artifact" / name)
+        _place(store.object_path(record.digest), tmp / "artifact" / name)
     policy = entries[StageName.POLICY].objects[POLICY_FILE]
-    _place(store.object_path(policy["digest"]), tmp / POLICY_FILE)
-    files[POLICY_FILE] = {"digest": policy["digest"], "nbytes": policy["nbytes"]}
+    _place(store.object_path(policy.digest), tmp / POLICY_FILE)
+    files = {POLICY_FILE: policy}
     manifest = Manifest(
         format=MANIFEST_FORMAT, case=plan.case, module=plan.module, profile=plan.profile,
         keys=lookups.keys(), fingerprints={f: getattr(plan, f) for f in FINGERPRINTS},
@@ -109,9 +110,8 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = Non
         # saved stages that skipped (a case without a golden): a replay skips what reads them
         skipped={s.name: reason for s in STAGES
                  if s.replay is InReplay.SAVED and (reason := s.meta.of(entries[s.name]).skipped)},
-        artifact={"backend": built.backend, "module": built.module, "table": built.table,
-                  "files": {f"artifact/{n}": {"digest": r["digest"], "nbytes": r["nbytes"]}
-                            for n, r in compiled.objects.items()}},
+        artifact=SavedArtifact(backend=built.backend, module=built.module, table=built.table,
+                               files={f"artifact/{n}": r for n, r in compiled.objects.items()}),
         tensors=tensors, files=files)
     run_report = {"case": plan.case, "summary": summary and summary.to_json(),
                   "validation": entries[StageName.VALIDATE].meta,
@@ -144,9 +144,9 @@ def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
     scalars = {r["name"]: inputs.pop(r["name"]).item() for r in table if r["kind"] == "scalar"}
     return {
         StageName.ABI: Outputs(meta=AbiMeta(table=table, placement=manifest.placement)),
-        StageName.COMPILE: Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact["files"]},
-                                   meta=CompileMeta(backend=artifact["backend"], module=artifact["module"],
-                                                    table=artifact["table"])),
+        StageName.COMPILE: Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact.files},
+                                   meta=CompileMeta(backend=artifact.backend, module=artifact.module,
+                                                    table=artifact.table)),
         StageName.INPUTS: Outputs(tensors=inputs, meta=InputsMeta(scalars=scalars)),
         StageName.GOLDEN: Outputs(tensors=folder(StageName.GOLDEN), meta=Meta(skipped=skipped.get(StageName.GOLDEN))),
         StageName.INPUTS2: Outputs(tensors=folder(StageName.INPUTS2),

@@ -69,7 +69,7 @@ def _timing(entry, field: str) -> Timing | None:
     """The entry's timing summary, with the digest of the object that holds its round times ("samples")."""
     timing = getattr(Stats.of(entry), field)
     record = entry.objects.get(SAMPLES_FILE)
-    return timing and Timing.from_json({**timing, "samples": record and record["digest"]}, field)
+    return timing and Timing.from_json({**timing, "samples": record and record.digest}, field)
 
 
 def first_line(text) -> str:
