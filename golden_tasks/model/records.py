@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import json
 import math
+import statistics
 import types
 import typing
 from pathlib import Path
@@ -132,11 +133,34 @@ def _to_json(value):
     return value
 
 
-@dataclasses.dataclass(kw_only=True)
+def relative_standard_error(times: list) -> float:
+    """The standard error of the mean over the mean (inf for fewer than two rounds or a zero mean)."""
+    mean = statistics.fmean(times)
+    if len(times) < 2 or mean <= 0:
+        return math.inf
+    return statistics.stdev(times) / len(times) ** 0.5 / mean
+
+
+def _quartiles(times: list) -> tuple[float, float]:
+    """The first and third quartiles (inclusive; one round is all of them)."""
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else times * 3
+    return q1, q3
+
+
+def _outliers(times: list) -> list:
+    """The times beyond 1.5 IQR of the quartiles."""
+    q1, q3 = _quartiles(times)
+    fence = 1.5 * (q3 - q1)
+    return [t for t in times if t < q1 - fence or t > q3 + fence]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Timing(JsonRecord):
-    """A timing's summary in microseconds (stages.summary's, its round times kept in the cache object
-    `samples`), and where the kernel's was measured. Several ranks: the summary is of each round's slowest
-    rank, and `ranks` holds each rank's own."""
+    """A timing in microseconds: what bench and golden_bench measure (of_rounds), a stage's stats carry
+    (outputs.Stats), a run record's row copies and golden_tasks.run returns; and where the kernel's was
+    measured. A stored entry keeps its summary in its stats and every round's time (`times`) in its samples
+    object (outputs.Stats.split); a row holds the summary and that object's digest (`samples`). Several
+    ranks: the summary is of each round's slowest rank, and `ranks` holds each rank's own."""
     _OMIT_NONE = True
     median: float
     min: float | None = None
@@ -149,7 +173,8 @@ class Timing(JsonRecord):
     rounds: int | None = None
     warmup: int | None = None
     stopped: str | None = None  # what ended the timing: noise, budget or rounds
-    samples: str | None = None  # the digest of the cache object holding every round's time
+    times: list[float] | None = None  # every round's time, in order; not in a summary (split)
+    samples: str | None = None  # a row's: the digest of the cache object holding every round's time
     # where the kernel's rounds ran (bench: stages.bench._device, clock_check)
     device: str | None = None
     threads: int | None = None
@@ -162,6 +187,37 @@ class Timing(JsonRecord):
     imbalance: str | None = None  # why the ranks look imbalanced
     slowest_rounds: int | None = None  # a rank's: in how many rounds it was the slowest
     placed: int | None = None  # a rank's: how many tensors it placed on its device
+
+    @classmethod
+    def of_rounds(cls, times: list, stopped: str, warmup: int) -> "Timing":
+        """The timing of these round times (stages.adaptive_rounds'): min / median / mean / max, std, IQR, the
+        noise floor reached (relative standard error of the mean; None below two rounds), the outliers
+        (counted: reported, never dropped), the rounds, warmup, why the timing stopped and every round's time."""
+        q1, q3 = _quartiles(times)
+        return cls(min=min(times), median=statistics.median(times), mean=statistics.fmean(times), max=max(times),
+                   std=statistics.stdev(times) if len(times) > 1 else 0.0, iqr=q3 - q1,
+                   rse=rse if (rse := relative_standard_error(times)) != math.inf else None,
+                   outliers=len(_outliers(times)), rounds=len(times), warmup=warmup, stopped=stopped,
+                   times=list(times))
+
+    @property
+    def outlier_times(self) -> list[float]:
+        """The times of the rounds beyond 1.5 IQR of the quartiles; ValueError for a summary (no `times`)."""
+        if self.times is None:
+            raise ValueError("a timing's summary holds no round times: join its samples (outputs.Stats.joined)")
+        return _outliers(self.times)
+
+    def split(self) -> tuple["Timing", dict]:
+        """(its summary: this timing without round times, its samples: {"times": every round's time, and
+        "ranks": each rank's samples, for several ranks}), as a stored entry keeps them apart."""
+        ranks = [rank.split() for rank in self.ranks or ()]
+        samples = {"times": self.times, **({"ranks": [s for _, s in ranks]} if ranks else {})}
+        return dataclasses.replace(self, times=None, ranks=self.ranks and [r for r, _ in ranks]), samples
+
+    def joined(self, samples: dict) -> "Timing":
+        """The timing `split` split: this summary with the round times in `samples`."""
+        return dataclasses.replace(self, times=samples["times"], ranks=self.ranks and [
+            rank.joined(s) for rank, s in zip(self.ranks, samples["ranks"])])
 
     @property
     def median_rse(self) -> float | None:

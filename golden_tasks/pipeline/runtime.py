@@ -113,9 +113,10 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = Non
         artifact=SavedArtifact(backend=built.backend, module=built.module, table=built.table,
                                files={f"artifact/{n}": r for n, r in compiled.objects.items()}),
         tensors=tensors, files=files)
+    timings = {s.timing: getattr(load_timings(store, entries[s.name]), s.timing) for s in STAGES if s.timing}
     run_report = {"case": plan.case, "summary": summary and summary.to_json(),
                   "validation": entries[StageName.VALIDATE].meta,
-                  **{s.timing: getattr(load_timings(store, entries[s.name]), s.timing) for s in STAGES if s.timing}}
+                  **{field: timing and timing.to_json() for field, timing in timings.items()}}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))
     manifest.mtimes = {rel: os.stat(tmp / rel).st_mtime_ns for rel in manifest.recorded()}
     (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest.to_json())), indent=1, sort_keys=True))

@@ -8,7 +8,7 @@ import importlib
 import json
 from pathlib import Path
 
-from ..model.outputs import SAMPLES_FILE, Outputs, Stats, join_timing
+from ..model.outputs import SAMPLES_FILE, Outputs, Stats
 from ..model.records import StoredObject, StoredTensor
 from ..project.toolchain import hardware
 from ..storage.entry import CorruptObject, Entry
@@ -67,7 +67,4 @@ def load_timings(store: Store, entry: Entry) -> Stats:
     path = store.object_path(record.digest)
     if problem := object_problem(path, record):
         raise CorruptObject(entry, SAMPLES_FILE, problem)
-    samples = json.loads(path.read_bytes())
-    joined = {f: join_timing(getattr(stats, f), s) for f, s in samples.items()}
-    return dataclasses.replace(stats, golden_us=joined.get("golden_us", stats.golden_us),
-                               kernel_us=joined.get("kernel_us", stats.kernel_us))
+    return stats.joined(json.loads(path.read_bytes()))
