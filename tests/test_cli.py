@@ -139,7 +139,8 @@ def test_doit_info_gives_a_readable_reason(tmp_path):
         return out
 
     cold = info("validate:hello_world")
-    assert "validate:hello_world: its key depends on upstream dispatch, golden, inputs, not cached yet" in cold
+    assert "validate:hello_world: its key depends on upstream abi, dispatch, golden, inputs, policy, not cached yet" \
+        in cold
     assert "runs/hello_world holds no run yet" in info("runtime:hello_world")
     code, _, _, err = proj.doit("verify", EAGER)
     assert code == 0, err

@@ -124,11 +124,12 @@ def test_a_replaced_entry_is_read_again(tmp_path):
 
 def test_round_times_live_in_a_samples_object_beside_the_summary(tmp_path):
     from golden_tasks.model.outputs import SAMPLES_FILE, Stats
-    from golden_tasks.stages import summary
+    from golden_tasks.model.records import Timing
 
     store = Store(tmp_path)
-    timing = summary([10.0, 11.0, 10.5, 40.0, 10.2], "rounds", 1)
-    ranked = {**timing, "ranks": [summary([1.0, 2.0], "rounds", 1), summary([3.0, 4.0], "rounds", 1)]}
+    timing = Timing.of_rounds([10.0, 11.0, 10.5, 40.0, 10.2], "rounds", 1)
+    ranked = dataclasses.replace(timing, ranks=[Timing.of_rounds([1.0, 2.0], "rounds", 1),
+                                                Timing.of_rounds([3.0, 4.0], "rounds", 1)])
     made = stored.store_outputs(store, Outputs(stats=Stats(kernel_us=ranked, golden_us=timing)), 0.5)
     objects, stats = made.objects, made.stats
     assert "times" not in json.dumps(stats) and stats["kernel_us"]["outliers"] == 1

@@ -11,7 +11,7 @@ import pytest
 import torch
 from project import Project
 
-from golden_tasks.model.records import RunRecord
+from golden_tasks.model.records import RunRecord, Timing
 from golden_tasks.reports import figures
 from golden_tasks.reports import html_report as html_report_module
 from golden_tasks.reports.figures import RATIO_FLOOR, grid_shape, mismatch_bins, mismatch_extent, ratio_histogram
@@ -303,7 +303,7 @@ def test_the_verdict_counts_a_skip_as_no_failure(statuses, passed, verdict):
 
 def test_one_slow_round_does_not_flatten_the_rounds_plot():
     times = [10.0 + 0.01 * (i % 7) for i in range(60)] + [500.0]
-    timing = {"times": times, "outliers": [500.0], "median": 10.03}
+    timing = Timing(times=times, outliers=1, median=10.03)
     low, high = figures.rounds_range(timing)
     assert 9.9 < low < 10.0 and 10.06 < high < 10.1  # the regular rounds fill the axis
     svg = figures.draw_rounds(timing)

@@ -10,6 +10,7 @@ import torch
 from golden_tasks.model import plan
 from golden_tasks.model.outputs import Meta, Stats, ValidateMeta
 from golden_tasks.model.plan import FailedPlan, Plan
+from golden_tasks.model.records import Timing
 from golden_tasks.model.rows import ParamRow, SignatureRow
 from golden_tasks.pipeline import graph
 from golden_tasks.pipeline.stage_table import BY_NAME, STAGES
@@ -89,7 +90,7 @@ def test_outputs_read_back_typed_with_one_skip_convention():
     assert ValidateMeta.of(Stored(skipped.to_json(), {})).skipped == "no golden"
     assert Meta.of(Stored({"skipped": None}, {})).skipped is None
     assert Stats(seconds=1.0).to_json() == {"seconds": 1.0}
-    assert Stats.of(Stored({}, {"seconds": 1.0, "kernel_us": {"median": 2.0}})).kernel_us == {"median": 2.0}
+    assert Stats.of(Stored({}, {"seconds": 1.0, "kernel_us": {"median": 2.0}})).kernel_us == Timing(median=2.0)
 
 
 def test_the_world_size_is_the_kernels_unless_a_case_or_ranks_says_otherwise(monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 from project import Project, recipe
 
 from golden_tasks.frontends import cli
-from golden_tasks.model.records import MANIFEST_FORMAT, Manifest
+from golden_tasks.model.records import MANIFEST_FORMAT, Manifest, SavedArtifact
 from golden_tasks.pipeline import graph, replay, runtime
 from golden_tasks.planning import discover
 from golden_tasks.project import config
@@ -98,7 +98,8 @@ def test_runtime_dir_is_current_only_under_its_profile(root, tmp_path):
     case_dir.mkdir(parents=True)
     manifest = {"format": MANIFEST_FORMAT, "case": "q", "keys": graph.Lookups(plan, store).keys(),
                 "profile": "default", "fingerprints": {}, "toolchain": {}, "pipeline": "p", "table": [], "bench": {},
-                "tensors": {}, "artifact": {"files": {}}, "files": {}, "mtimes": {}}
+                "tensors": {}, "files": {}, "mtimes": {},
+                "artifact": {"backend": "eager", "module": "golden_tasks.forms.jit", "table": [], "files": {}}}
     (case_dir / runtime.MANIFEST).write_text(json.dumps(manifest))
     assert runtime.is_current(graph.Lookups(plan, store), case_dir)
     assert not runtime.is_current(graph.Lookups(dataclasses.replace(plan, profile="flash"), store), case_dir)
@@ -108,7 +109,8 @@ def test_replay_checks_staleness_under_the_recorded_profile(root, monkeypatch):
     plan = plans(root, ["profile=flash"])["p"]
     manifest = Manifest(format=MANIFEST_FORMAT, case="p", module="kernels.p", profile="flash", toolchain=toolchain(),
                         fingerprints={f: plan.field_json(f) for f in runtime.FINGERPRINTS}, keys={}, pipeline="p",
-                        table=[], bench={}, artifact={"files": {}}, tensors={}, files={})
+                        table=[], bench={}, tensors={}, files={},
+                        artifact=SavedArtifact(backend="eager", module="golden_tasks.forms.jit", table=[], files={}))
     monkeypatch.setenv(config.PROFILE_ENV, "default")  # the replaying process's own profile is not used
     assert replay.staleness(root, manifest, root) == []
     stale = replay.staleness(root, dataclasses.replace(manifest, profile="default"), root)

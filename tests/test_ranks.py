@@ -76,17 +76,18 @@ def test_the_verdict_names_the_rank_at_fault_not_its_victims(outcomes, culprit, 
 
 def test_rank_timings_take_the_slowest_rank_per_round_and_flag_a_persistent_one():
     def answer(times, warmup=0):  # what time_kernel returns on a rank
-        return {"times": times, "stopped": "rounds", "warmup": warmup, "device": "cpu", "threads": 1}
+        return {"times": times, "stopped": "rounds", "warmup": warmup, "cpu": [],
+                "where": {"device": "cpu", "threads": 1}}
 
     fast, slow = [10.0] * 10, [10.5, 13, 14, 13, 12, 13, 14, 13, 13, 13]
-    stats = rank_stats([answer(fast, 1), answer(slow, 1)], placed=[2, 2])
-    assert stats["median"] == 13 and stats["rounds"] == 10 and stats["warmup"] == 1 and stats["threads"] == 1
-    assert [r["slowest_rounds"] for r in stats["ranks"]] == [0, 10] and stats["ranks"][1]["placed"] == 2
-    assert stats["imbalance"].startswith("rank 1 was the slowest in 100% of the rounds; its median is 1.30x")
+    timing = rank_stats([answer(fast, 1), answer(slow, 1)], placed=[2, 2])
+    assert timing.median == 13 and timing.rounds == 10 and timing.warmup == 1 and timing.threads == 1
+    assert [r.slowest_rounds for r in timing.ranks] == [0, 10] and timing.ranks[1].placed == 2
+    assert timing.imbalance.startswith("rank 1 was the slowest in 100% of the rounds; its median is 1.30x")
     noisy = rank_stats([answer([10, 12, 10, 12]), answer([12, 10, 12, 10])], placed=[1, 1])
-    assert noisy["imbalance"] is None and imbalance(noisy["ranks"]) is None
-    assert rank_stats([answer(fast[:9]), answer(slow[:9])], placed=[1, 1])["imbalance"] is None  # too few rounds
-    assert "ranks" not in rank_stats([answer(fast)], placed=[1])  # one rank: the plain timing
+    assert noisy.imbalance is None and imbalance(noisy.ranks) is None
+    assert rank_stats([answer(fast[:9]), answer(slow[:9])], placed=[1, 1]).imbalance is None  # too few rounds
+    assert rank_stats([answer(fast)], placed=[1]).ranks is None  # one rank: the plain timing
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +111,8 @@ def test_library_kernels_pass_at_two_and_four_ranks(name, world, cache):
     result = verify(case, cache)
     assert result.passed, result.error
     # each round takes its slowest rank's time, so the rounds' median is at least every rank's
-    assert len(result.bench["ranks"]) == world
-    assert result.bench["median"] >= max(r["median"] for r in result.bench["ranks"])
+    assert len(result.bench.ranks) == world
+    assert result.bench.median >= max(r.median for r in result.bench.ranks)
 
 
 def test_a_stacked_spec_with_the_wrong_leading_dim_fails_before_any_rank_starts(cache):
@@ -157,7 +158,7 @@ def test_resident_tensors_are_placed_once_for_every_benchmark_round(tmp_path, mo
     assert result.passed, result.error
     # x, weight, out of each input set (the two checked ones the rounds alternate, and the three the kernel
     # meets once each): once, not per round
-    assert [r["placed"] for r in result.bench["ranks"]] == [15, 15]
+    assert [r.placed for r in result.bench.ranks] == [15, 15]
     for rank in (0, 1):
         calls = (tmp_path / f"rank{rank}").read_text().splitlines()
         # the validation call's pool, then the benchmark's warmup and rounds: five argument sets, placed once,

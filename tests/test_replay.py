@@ -18,7 +18,7 @@ REPLAY = textwrap.dedent("""
     result = replay(sys.argv[1], project=sys.argv[2])
     loaded = sorted(m for m in sys.modules if m.startswith("kernels"))
     print(json.dumps({"passed": result.passed, "error": result.error, "stale": result.stale,
-                      "kernels_imported": loaded, "median": result.bench.get("median")}))
+                      "kernels_imported": loaded, "median": result.bench and result.bench.median}))
 """)
 
 
@@ -144,4 +144,4 @@ def test_run_writes_a_replayable_runtime_dir(tmp_path):
                  cache_dir=tmp_path / "c", runs_dir=tmp_path / "r")
     assert result.passed and (result.work_dir / "manifest.json").exists()
     again = replay_dir(result.work_dir, project=tmp_path)
-    assert again.passed and again.bench["rounds"] == 3
+    assert again.passed and again.bench.rounds == 3

@@ -46,8 +46,8 @@ def test_pass_then_everything_cached():
     first = verify()
     assert first.passed and first.error is None, first.error
     assert set(first.stages.values()) == {"ran"}
-    assert first.bench["rounds"] == 3 and first.bench["min"] <= first.bench["median"] <= first.bench["max"]
-    assert first.golden_bench["rounds"] == 3
+    assert first.bench.rounds == 3 and first.bench.min <= first.bench.median <= first.bench.max
+    assert first.golden_bench.rounds == 3
     assert (first.work_dir / "report.json").exists()
     second = verify()
     assert second.passed and set(second.stages.values()) == {"cached"}

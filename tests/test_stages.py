@@ -83,7 +83,7 @@ def test_golden_gets_its_own_out_init_and_is_timed_apart(upstream, tmp_path):
     seen = []  # the InOut buffer each call finds: restored to the input before every call
     case = dataclasses.replace(CASE, golden=lambda t: seen.append(t["total"].clone()) or golden_acc(t))
     timing = golden_bench.run(case, PLAN, tmp_path, Upstream(abi=checked, inputs=made)).stats.golden_us
-    assert timing["rounds"] == 2 and timing["warmup"] == 1 and len(seen) == 3
+    assert timing.rounds == 2 and timing.warmup == 1 and len(seen) == 3
     assert all(torch.equal(t, torch.ones(3, 4)) for t in seen)
 
 
@@ -195,9 +195,9 @@ def test_validate_passes_fails_and_rejects_unknown_outputs(upstream, tmp_path):
 
 def test_bench_measures_rounds():
     calls = []
-    stats = measure(lambda: calls.append(1), BenchSettings(warmup=3, rounds=7))
-    assert len(calls) == 10 and stats["rounds"] == 7 and stats["stopped"] == "rounds" and len(stats["times"]) == 7
-    assert 0 <= stats["min"] <= stats["median"] <= stats["max"] and stats["min"] <= stats["mean"] <= stats["max"]
+    timing = measure(lambda: calls.append(1), BenchSettings(warmup=3, rounds=7))
+    assert len(calls) == 10 and timing.rounds == 7 and timing.stopped == "rounds" and len(timing.times) == 7
+    assert 0 <= timing.min <= timing.median <= timing.max and timing.min <= timing.mean <= timing.max
 
 
 class FakeClock:
@@ -249,17 +249,22 @@ def test_adaptive_warmup_is_cut_short_by_a_quarter_of_the_budget_and_refreshes_e
     assert warmed == 1
 
 
-def test_summary_reports_spread_noise_floor_and_outliers_without_dropping_them():
-    from golden_tasks.stages import summary
+def test_a_timing_reports_spread_noise_floor_and_outliers_without_dropping_them():
+    from golden_tasks.model.records import Timing
 
-    stats = summary([10.0, 11.0, 10.0, 12.0, 11.0, 10.0, 50.0], "budget", warmup=2)
-    assert stats["rounds"] == 7 and stats["max"] == 50.0 and stats["outliers"] == [50.0] and stats["stopped"] == "budget"
-    assert stats["iqr"] == 1.5 and stats["std"] > 0 and 0 < stats["rse"] < 1 and stats["times"][-1] == 50.0
-    assert summary([5.0], "rounds", warmup=0)["rse"] is None
+    timing = Timing.of_rounds([10.0, 11.0, 10.0, 12.0, 11.0, 10.0, 50.0], "budget", warmup=2)
+    assert timing.rounds == 7 and timing.max == 50.0 and timing.stopped == "budget"
+    assert timing.outliers == 1 and timing.outlier_times == [50.0]
+    assert timing.iqr == 1.5 and timing.std > 0 and 0 < timing.rse < 1 and timing.times[-1] == 50.0
+    assert Timing.of_rounds([5.0], "rounds", warmup=0).rse is None
+    summary, _ = timing.split()
+    with pytest.raises(ValueError, match="holds no round times"):
+        _ = summary.outlier_times
 
 
-def test_the_stopping_rule_tracks_the_same_noise_floor_the_summary_reports():
-    from golden_tasks.stages import _RunningMean, relative_standard_error
+def test_the_stopping_rule_tracks_the_same_noise_floor_the_timing_reports():
+    from golden_tasks.model.records import relative_standard_error
+    from golden_tasks.stages import _RunningMean
 
     series = [10.0 + (i * 7919 % 13) ** 2 for i in range(2000)]
     running = _RunningMean()

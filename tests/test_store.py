@@ -7,8 +7,10 @@ import time
 import pytest
 import torch
 
+from golden_tasks.model.hashing import digest_json
 from golden_tasks.storage import store as store_module
-from golden_tasks.storage.store import RACY_NS, Store
+from golden_tasks.storage.entry import RACY_NS
+from golden_tasks.storage.store import Store
 from golden_tasks.storage.tensors import load_tensor, put_tensor
 
 
@@ -34,11 +36,11 @@ def test_same_content_same_object(store):
     a = put_tensor(store, torch.ones(4))
     b = put_tensor(store, torch.ones(4))
     c = put_tensor(store, torch.ones(4, dtype=torch.float64))
-    assert a == b and a["digest"] != c["digest"]
+    assert a == b and a.digest != c.digest
 
 
 def test_entry_round_trip_and_digest(store):
-    obj = {**put_tensor(store, torch.ones(2)), "kind": "tensor"}
+    obj = put_tensor(store, torch.ones(2))
     e1 = store.commit("golden", "k1", "case", {"out": obj}, {"x": 1}, {"seconds": 1.0})
     e2 = store.commit("golden", "k2", "case", {"out": obj}, {"x": 1}, {"seconds": 9.0})
     assert e1.digest == e2.digest  # stats stay out of the digest
@@ -46,10 +48,43 @@ def test_entry_round_trip_and_digest(store):
     assert store.get("golden", "missing") is None
 
 
+def test_an_entry_records_each_object_with_its_kind(store):
+    tensor, file = put_tensor(store, torch.ones(2)), store.put_buffer(b"launch")
+    store.commit("compile", "k", "case", {"out": tensor, "launch.json": file}, {}, {})
+    written = json.loads(store.entry_path("compile", "k").read_text())["objects"]
+    assert written == {"out": {"digest": tensor.digest, "nbytes": 8, "dtype": "float32", "shape": [2], "kind": "tensor"},
+                       "launch.json": {"digest": file.digest, "nbytes": 6, "kind": "file"}}
+    assert Store(store.root).get("compile", "k").objects == {"out": tensor, "launch.json": file}
+
+
+@pytest.mark.parametrize("malformed,field", [
+    ({"nbytes": "8"}, "objects.out.nbytes: expected a count"),
+    ({"kind": "blob"}, "objects.out: expected an object's record, its kind one of tensor, file"),
+    ({"size": 8}, "objects.out.size: not a field of StoredTensor"),
+])
+def test_an_entry_with_a_malformed_object_record_is_dropped_and_recomputed(store, capsys, malformed, field):
+    obj = put_tensor(store, torch.ones(2))
+    store.commit("golden", "k", "case", {"out": obj}, {}, {})
+    path = store.entry_path("golden", "k")
+    record = json.loads(path.read_text())
+    record["objects"]["out"].update(malformed)
+    record["digest"] = content_digest_of(record)  # written so: its digest matches
+    path.write_text(json.dumps(record))
+    assert Store(store.root).get("golden", "k") is None
+    assert f"cache entry golden:case (key k): its record is malformed: {field}" in capsys.readouterr().err
+    assert not path.exists() and store.object_path(obj.digest).exists()  # its objects are gc's to collect
+    recomputed = store.commit("golden", "k", "case", {"out": obj}, {}, {})
+    assert Store(store.root).get("golden", "k") == recomputed
+
+
+def content_digest_of(record: dict) -> str:
+    return digest_json({"objects": record["objects"], "meta": record["meta"]})
+
+
 def stored_entry(store):
-    obj = {**put_tensor(store, torch.arange(64, dtype=torch.float32)), "kind": "tensor"}
+    obj = put_tensor(store, torch.arange(64, dtype=torch.float32))
     store.commit("inputs", "k", "case", {"x": obj}, {}, {})
-    return store.object_path(obj["digest"])
+    return store.object_path(obj.digest)
 
 
 def flip_byte(path, offset=17):
@@ -90,8 +125,8 @@ def test_an_object_damaged_within_its_timestamps_granularity_is_found_damaged(st
     """git's racy-clean case: a write within the file system's timestamp granularity of the recorded one
     leaves the same mtime (and a flip, the same size); a stat recorded that close to the commit proves
     nothing, so the object is re-hashed."""
-    obj = {**put_tensor(store, torch.arange(64, dtype=torch.float32)), "kind": "tensor"}
-    path = store.object_path(obj["digest"])
+    obj = put_tensor(store, torch.arange(64, dtype=torch.float32))
+    path = store.object_path(obj.digest)
     now = time.time_ns()
     os.utime(path, ns=(now, now))  # written just now (an object written before the stamping, say)
     store.commit("inputs", "k", "case", {"x": obj}, {}, {})
@@ -106,7 +141,7 @@ def test_a_stored_object_is_stamped_in_the_past_so_its_stat_proves_it_unchanged(
     trusts its size and mtime and reads nothing (a no-op run re-hashes no object)."""
     path = stored_entry(store)
     entry = Store(store.root).get("inputs", "k")
-    digest = entry.objects["x"]["digest"]
+    digest = entry.objects["x"].digest
     assert entry.proof_of_content(digest) == os.stat(path).st_mtime_ns <= time.time_ns() - RACY_NS
     monkeypatch.setattr(store_module, "digest_file", lambda path: pytest.fail(f"{path} was re-hashed"))
     assert Store(store.root).get("inputs", "k") == entry
@@ -120,7 +155,7 @@ def test_read_only_store_writes_only_to_its_overlay(store, tmp_path):
     before = sorted(p for p in store.root.rglob("*"))
     ro = Store(store.root, readonly=True, overlay=tmp_path / "overlay")
     assert ro.get("inputs", "k") is not None
-    obj = {**put_tensor(ro, torch.ones(3)), "kind": "tensor"}
+    obj = put_tensor(ro, torch.ones(3))
     ro.commit("golden", "g", "case", {"out": obj}, {}, {})
     ro.log_run({"hits": {}})
     assert sorted(p for p in store.root.rglob("*")) == before
@@ -148,7 +183,7 @@ def test_an_edited_entry_record_is_a_miss_and_is_dropped(tmp_path, capsys):
 
 
 def test_a_lookup_writes_nothing_and_reads_an_entry_again_only_once_it_is_replaced(store):
-    obj = {**put_tensor(store, torch.ones(2)), "kind": "tensor"}
+    obj = put_tensor(store, torch.ones(2))
     store.commit("golden", "k1", "case", {"out": obj}, {"x": 1}, {})
     path = store.entry_path("golden", "k1")
     before = os.stat(path)
@@ -192,7 +227,7 @@ def test_a_read_only_store_keeps_its_own_copy_of_an_object_whose_root_copy_is_da
     its copy to the overlay and reads that one, leaving the root as it was (the root's copy shadowed the
     recomputed one: a later stage then failed on the damage)."""
     root = Store(tmp_path / "root")
-    digest = root.put_buffer(b"golden bytes")["digest"]
+    digest = root.put_buffer(b"golden bytes").digest
     damaged = root.object_path(digest)
     os.chmod(damaged, 0o644)
     damaged.write_bytes(b"damaged byte")  # the same size

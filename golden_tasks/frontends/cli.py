@@ -31,7 +31,8 @@ from ..project.layout import LayoutError
 from ..project.toolchain import node_class
 from ..reports.figures import drawn_from
 from ..reports.runs_compare import DRIFT, FAIL_ON, BadRecord, compare
-from ..storage.store import CorruptObject, Store, object_problem
+from ..storage.entry import CorruptObject
+from ..storage.store import Store, object_problem
 from .scaffold import InitRefused, init
 
 UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -76,7 +77,7 @@ def cmd_stats(store: Store, args) -> int:
     for _, entry in store.entries():
         count, objects = per_stage.setdefault(entry.stage, [0, {}])
         per_stage[entry.stage][0] = count + 1
-        objects.update({r["digest"]: r["nbytes"] for r in entry.objects.values()})
+        objects.update({r.digest: r.nbytes for r in entry.objects.values()})
     print(f"cache: {store.root}")
     print(f"{'stage':10} {'entries':>8} {'bytes':>12}")
     for stage in [s.name for s in STAGES] + sorted(set(per_stage) - set(BY_NAME)):
@@ -109,7 +110,7 @@ def cmd_verify(store: Store, args) -> int:
                 path.unlink()
             continue
         for name, record in entry.objects.items():
-            problem = object_problem(store.object_path(record["digest"]), record)
+            problem = object_problem(store.object_path(record.digest), record)
             if problem:
                 bad += 1
                 print(f"bad entry {entry.stage}:{entry.case} ({path.name}): object {name!r} {problem}")
@@ -156,8 +157,8 @@ def cmd_gc(store: Store, args) -> int:
         drop |= {p for p, _ in live if used[p] < cutoff}
     if args.max_size is not None:  # least recently used first, until manifests and objects fit
         kept = [(p, e) for p, e in live if p not in drop]
-        sizes = {r["digest"]: r["nbytes"] for _, e in kept for r in e.objects.values()}
-        refs = Counter(r["digest"] for _, e in kept for r in e.objects.values())
+        sizes = {r.digest: r.nbytes for _, e in kept for r in e.objects.values()}
+        refs = Counter(r.digest for _, e in kept for r in e.objects.values())
         total = sum(sizes.values()) + sum(p.stat().st_size for p, _ in kept)
         for path, entry in kept:
             if total <= args.max_size:
@@ -165,14 +166,14 @@ def cmd_gc(store: Store, args) -> int:
             drop.add(path)
             total -= path.stat().st_size
             for record in entry.objects.values():
-                refs[record["digest"]] -= 1
-                if refs[record["digest"]] == 0:
-                    total -= sizes[record["digest"]]
+                refs[record.digest] -= 1
+                if refs[record.digest] == 0:
+                    total -= sizes[record.digest]
     for path in drop:
         path.unlink(missing_ok=True)
     kept = [e for _, e in store.entries()]
     _forget_reports(store, {(e.stage, e.key) for e in kept})
-    referenced = {r["digest"] for e in kept for r in e.objects.values()} | {e.recipe for e in kept if e.recipe}
+    referenced = {r.digest for e in kept for r in e.objects.values()} | {e.recipe for e in kept if e.recipe}
     freed, removed = 0, 0
     for path in store.object_files():
         stale_tmp = path.name.endswith(".tmp") and time.time() - path.stat().st_mtime > 3600

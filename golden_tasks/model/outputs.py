@@ -17,11 +17,11 @@ Skipped is never passed.
 import dataclasses
 from typing import Self
 
+from .records import JsonRecord, Timing
 from .rows import ParamRow, as_json, fields_from_json, rows_field
 
 POLICY_FILE = "policy.pkl"  # policy: the case's validation policy (cloudpickle, its user code by value)
 SAMPLES_FILE = "samples.json"  # bench, golden_bench: their timings' round times (Stats.split)
-_SAMPLED = ("times", "outliers")  # a timing's lists of round times: samples, not summary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Meta:
 
     @classmethod
     def of(cls, entry) -> Self:
-        """The typed meta of a stored entry (store.Entry)."""
+        """The typed meta of a stored entry (storage.entry.Entry)."""
         return cls(**fields_from_json(cls, entry.meta))
 
     def to_json(self) -> dict:
@@ -99,54 +99,34 @@ class BenchMeta(Meta):
     caveat: str | None = None  # why its timing is no performance figure (Artifact.timing_caveat), if it is not
 
 
-@dataclasses.dataclass(frozen=True)
-class Stats:
-    """Timings, outside the entry's digest. A timing is stages.summary's: min, median, mean, max, std,
-    iqr, the noise floor reached (rse), outliers and every round's time in microseconds, with its rounds,
-    warmup and why it stopped; and where it was measured (threads, device). A stored entry's stats hold
-    the summary (split): its round times are in the entry's SAMPLES_FILE."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Stats(JsonRecord):
+    """What a stage measured, outside the entry's digest: its timing (records.Timing), how long it ran and on
+    what machine. A stored entry's stats hold each timing's summary: its round times are in the entry's
+    SAMPLES_FILE (split)."""
+    _OMIT_NONE = True
     seconds: float | None = None  # the stage's own run (set by the graph)
-    golden_us: dict | None = None  # golden_bench: the golden function's timing
-    kernel_us: dict | None = None  # bench: the kernel's timing
+    golden_us: Timing | None = None  # golden_bench: the golden function's timing
+    kernel_us: Timing | None = None  # bench: the kernel's timing
     node: dict | None = None  # the machine that ran the stage (toolchain.hardware; set by the graph)
 
     @classmethod
     def of(cls, entry) -> "Stats":
-        return cls(**entry.stats)
-
-    def to_json(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """The typed stats of a stored entry (storage.entry.Entry); BadRecord naming a field that is not."""
+        return cls.from_json(entry.stats, "stats")
 
     def split(self) -> tuple["Stats", dict]:
         """(the stats with each timing summarised, the samples: field -> its round times, or {} when none).
         An entry keeps the summary in its stats and the samples in its object SAMPLES_FILE, which only what
         draws them reads (joined)."""
-        timings = {f: split_timing(t) for f in ("golden_us", "kernel_us") if (t := getattr(self, f))}
-        summaries = {f: summary for f, (summary, _) in timings.items()}
-        return (dataclasses.replace(self, golden_us=summaries.get("golden_us", self.golden_us),
-                                    kernel_us=summaries.get("kernel_us", self.kernel_us)),
-                {f: samples for f, (_, samples) in timings.items()})
+        timed = [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), Timing)]
+        parts = {name: getattr(self, name).split() for name in timed}
+        return (dataclasses.replace(self, **{name: summary for name, (summary, _) in parts.items()}),
+                {name: samples for name, (_, samples) in parts.items()})
 
-
-def split_timing(timing: dict) -> tuple[dict, dict]:
-    """(summary, samples) of a timing (stages.summary's; a multi-rank one has each rank's under "ranks"): the
-    round times and the outliers' times go to samples, and the summary counts the outliers."""
-    summary = {k: v for k, v in timing.items() if k not in _SAMPLED}
-    if "outliers" in timing:
-        summary["outliers"] = len(timing["outliers"])
-    samples = {k: timing[k] for k in _SAMPLED if k in timing}
-    if "ranks" in timing:
-        parts = [split_timing(rank) for rank in timing["ranks"]]
-        summary["ranks"], samples["ranks"] = [p[0] for p in parts], [p[1] for p in parts]
-    return summary, samples
-
-
-def join_timing(summary: dict, samples: dict) -> dict:
-    """The timing that split_timing split."""
-    joined = {**summary, **{k: v for k, v in samples.items() if k != "ranks"}}
-    if "ranks" in summary:
-        joined["ranks"] = [join_timing(s, r) for s, r in zip(summary["ranks"], samples.get("ranks", []))]
-    return joined
+    def joined(self, samples: dict) -> "Stats":
+        """The stats `split` split: each timing with its round times from `samples`."""
+        return dataclasses.replace(self, **{name: getattr(self, name).joined(s) for name, s in samples.items()})
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """The files golden-tasks writes for people and scripts to read, as types declared once: the run record
-(runs/report.json: a RunRecord holds a CaseRow per case, and a row the kernel's and the golden's Timing)
-and a runtime dir's Manifest (runs/<case>/manifest.json).
+(runs/report.json: a RunRecord holds a CaseRow per case, and a row the kernel's and the golden's Timing), a
+runtime dir's Manifest (runs/<case>/manifest.json), and the record of an object in the store (StoredObject,
+StoredTensor), as a store entry and a manifest name it.
 
 report builds the record (in the doit parent, and in golden_tasks.run); the JUnit writer, the HTML page,
 `compare` and `golden-tasks watch` read it; runtime writes a Manifest, replay and data read it. `to_json`
@@ -12,6 +13,7 @@ import dataclasses
 import functools
 import json
 import math
+import statistics
 import types
 import typing
 from pathlib import Path
@@ -139,11 +141,34 @@ def _to_json(value):
     return value
 
 
-@dataclasses.dataclass(kw_only=True)
+def relative_standard_error(times: list) -> float:
+    """The standard error of the mean over the mean (inf for fewer than two rounds or a zero mean)."""
+    mean = statistics.fmean(times)
+    if len(times) < 2 or mean <= 0:
+        return math.inf
+    return statistics.stdev(times) / len(times) ** 0.5 / mean
+
+
+def _quartiles(times: list) -> tuple[float, float]:
+    """The first and third quartiles (inclusive; one round is all of them)."""
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else times * 3
+    return q1, q3
+
+
+def _outliers(times: list) -> list:
+    """The times beyond 1.5 IQR of the quartiles."""
+    q1, q3 = _quartiles(times)
+    fence = 1.5 * (q3 - q1)
+    return [t for t in times if t < q1 - fence or t > q3 + fence]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Timing(JsonRecord):
-    """A timing's summary in microseconds (stages.summary's, its round times kept in the cache object
-    `samples`), and where the kernel's was measured. Several ranks: the summary is of each round's slowest
-    rank, and `ranks` holds each rank's own."""
+    """A timing in microseconds: what bench and golden_bench measure (of_rounds), a stage's stats carry
+    (outputs.Stats), a run record's row copies and golden_tasks.run returns; and where the kernel's was
+    measured. A stored entry keeps its summary in its stats and every round's time (`times`) in its samples
+    object (outputs.Stats.split); a row holds the summary and that object's digest (`samples`). Several
+    ranks: the summary is of each round's slowest rank, and `ranks` holds each rank's own."""
     _OMIT_NONE = True
     median: float
     min: float | None = None
@@ -156,7 +181,8 @@ class Timing(JsonRecord):
     rounds: int | None = None
     warmup: int | None = None
     stopped: str | None = None  # what ended the timing: noise, budget or rounds
-    samples: str | None = None  # the digest of the cache object holding every round's time
+    times: list[float] | None = None  # every round's time, in order; not in a summary (split)
+    samples: str | None = None  # a row's: the digest of the cache object holding every round's time
     # where the kernel's rounds ran (bench: stages.bench._device, clock_check)
     device: str | None = None
     threads: int | None = None
@@ -169,6 +195,37 @@ class Timing(JsonRecord):
     imbalance: str | None = None  # why the ranks look imbalanced
     slowest_rounds: int | None = None  # a rank's: in how many rounds it was the slowest
     placed: int | None = None  # a rank's: how many tensors it placed on its device
+
+    @classmethod
+    def of_rounds(cls, times: list, stopped: str, warmup: int) -> "Timing":
+        """The timing of these round times (stages.adaptive_rounds'): min / median / mean / max, std, IQR, the
+        noise floor reached (relative standard error of the mean; None below two rounds), the outliers
+        (counted: reported, never dropped), the rounds, warmup, why the timing stopped and every round's time."""
+        q1, q3 = _quartiles(times)
+        return cls(min=min(times), median=statistics.median(times), mean=statistics.fmean(times), max=max(times),
+                   std=statistics.stdev(times) if len(times) > 1 else 0.0, iqr=q3 - q1,
+                   rse=rse if (rse := relative_standard_error(times)) != math.inf else None,
+                   outliers=len(_outliers(times)), rounds=len(times), warmup=warmup, stopped=stopped,
+                   times=list(times))
+
+    @property
+    def outlier_times(self) -> list[float]:
+        """The times of the rounds beyond 1.5 IQR of the quartiles; ValueError for a summary (no `times`)."""
+        if self.times is None:
+            raise ValueError("a timing's summary holds no round times: join its samples (outputs.Stats.joined)")
+        return _outliers(self.times)
+
+    def split(self) -> tuple["Timing", dict]:
+        """(its summary: this timing without round times, its samples: {"times": every round's time, and
+        "ranks": each rank's samples, for several ranks}), as a stored entry keeps them apart."""
+        ranks = [rank.split() for rank in self.ranks or ()]
+        samples = {"times": self.times, **({"ranks": [s for _, s in ranks]} if ranks else {})}
+        return dataclasses.replace(self, times=None, ranks=self.ranks and [r for r, _ in ranks]), samples
+
+    def joined(self, samples: dict) -> "Timing":
+        """The timing `split` split: this summary with the round times in `samples`."""
+        return dataclasses.replace(self, times=samples["times"], ranks=self.ranks and [
+            rank.joined(s) for rank, s in zip(self.ranks, samples["ranks"])])
 
     @property
     def median_rse(self) -> float | None:
@@ -272,6 +329,31 @@ class RunRecord(JsonRecord):
             raise BadRecord(f"{path}: {exc}") from None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredObject(JsonRecord):
+    """Bytes the store holds as an object (storage.store), as what uses them records them: a store entry's
+    objects, a runtime dir's files. A file that no longer has this size and digest is damaged."""
+    digest: str  # of the bytes (hashing.digest_bytes): the object's name in the store
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredTensor(StoredObject):
+    """A tensor's raw little-endian bytes in C order (storage.tensors), with what makes them a tensor again."""
+    dtype: str  # specs.dtype_name
+    shape: list[int]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SavedArtifact(JsonRecord):
+    """The compiled kernel a runtime dir keeps: how to restore it (CompileMeta's backend, module and table)
+    and its files, under artifact/."""
+    backend: str | None
+    module: str | None
+    table: list[ParamRow]
+    files: dict[str, StoredObject]  # relative path (artifact/<name>) -> the file
+
+
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 3  # 2: the second input set (data/in2, data/golden2); 3: policy.pkl in every dir
 
@@ -292,14 +374,14 @@ class Manifest(JsonRecord):
     bench: dict  # the plan's BenchSettings
     timeout: float | None = None
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # saved stage -> why it skipped
-    artifact: dict  # the compiled kernel: backend, module, table, files
-    tensors: dict[str, dict]  # relative path -> digest, nbytes, dtype, shape
-    files: dict[str, dict]  # other files (policy.pkl) -> digest, nbytes
+    artifact: SavedArtifact
+    tensors: dict[str, StoredTensor]  # relative path -> the tensor's file (data/<folder>/<name>.bin)
+    files: dict[str, StoredObject]  # other files (policy.pkl)
     mtimes: dict[str, int] = dataclasses.field(default_factory=dict)  # relative path -> st_mtime_ns when written
 
-    def recorded(self) -> dict:
-        """Every file of the runtime dir (relative path -> digest, nbytes, ...) but the manifest and report."""
-        return {**self.tensors, **self.artifact["files"], **self.files}
+    def recorded(self) -> dict[str, StoredObject]:
+        """Every file of the runtime dir by relative path, but the manifest and report."""
+        return {**self.tensors, **self.artifact.files, **self.files}
 
     @classmethod
     def read(cls, case_dir: Path) -> "Manifest":

@@ -35,9 +35,11 @@ from typing import Any, cast
 from ..model.errors import StageFailed, VerificationFailure
 from ..model.hashing import digest_bytes, digest_file
 from ..model.plan import Plan
+from ..model.records import StoredObject
 from ..project import config
 from ..project.toolchain import hardware, node_class
-from ..storage.store import CorruptObject, Store, object_problem
+from ..storage.entry import CorruptObject
+from ..storage.store import Store, object_problem
 from .execution import CaseSource, DamagedUpstream, produce_here
 from .stage_table import BY_NAME, Stage, StageName
 from .stored import Produced
@@ -90,7 +92,7 @@ class RayCluster:
         options, group = self._options(stage, plan, upstream)
         try:
             try:
-                objects = {r["digest"]: self._put(store, entry, name, r)
+                objects = {r.digest: self._put(store, entry, name, r)
                            for entry in upstream.values() for name, r in entry.objects.items()}
             except CorruptObject as corruption:
                 return DamagedUpstream(corruption.entry, corruption.name, corruption.problem)
@@ -172,9 +174,9 @@ class RayCluster:
         task's threads are the CPUs Ray gives it)."""
         return dataclasses.replace(config.current(), journal=None, workers=1, threads=None)
 
-    def _put(self, store: Store, entry, name: str, record: dict):
+    def _put(self, store: Store, entry, name: str, record: StoredObject):
         """The ObjectRef of an upstream object, read from the store and checked (CorruptObject if damaged)."""
-        digest = record["digest"]
+        digest = record.digest
         if digest not in self._refs:
             try:
                 data = store.object_path(digest).read_bytes()
@@ -315,7 +317,7 @@ def _checkout(driver_root: str, expected: dict) -> Path:
 @dataclasses.dataclass(frozen=True)
 class Sent:
     """Produced, sent back from a node: each object as (its record, its bytes), for the driver's store."""
-    objects: dict
+    objects: dict[str, tuple[StoredObject, bytes]]
     meta: dict
     stats: dict
 
@@ -338,17 +340,17 @@ def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkou
         store = project.store
         for entry in upstream.values():
             for record in entry.objects.values():
-                if object_problem(store.object_path(record["digest"]), record):
-                    got = store.put_buffer(ray.get(refs[0][record["digest"]]))
-                    if got["digest"] != record["digest"]:
+                if object_problem(store.object_path(record.digest), record):
+                    got = store.put_buffer(ray.get(refs[0][record.digest]))
+                    if got.digest != record.digest:
                         raise StageFailed(f"an object of the {entry.stage} stage reached node {hardware()['host']} "
-                                          f"altered (digest {got['digest']}, not {record['digest']})")
+                                          f"altered (digest {got.digest}, not {record.digest})")
         made = produce_here(BY_NAME[stage_name], plan, store, upstream, case)
     except VerificationFailure as exc:
         return exc
     if not isinstance(made, Produced):
         return made
-    return Sent({n: (r, store.object_path(r["digest"]).read_bytes()) for n, r in made.objects.items()},
+    return Sent({n: (r, store.object_path(r.digest).read_bytes()) for n, r in made.objects.items()},
                 made.meta, made.stats)
 
 
@@ -362,9 +364,9 @@ def _received(stage: Stage, store: Store, outcome: Sent | DamagedUpstream | Veri
     objects, stats = {}, outcome.stats
     for name, (record, data) in outcome.objects.items():
         got = store.put_buffer(data)
-        if (got["digest"], got["nbytes"]) != (record["digest"], record["nbytes"]):
+        if (got.digest, got.nbytes) != (record.digest, record.nbytes):
             raise StageFailed(f"object {name!r} of the {stage.name} stage came back from node "
-                              f"{(stats.get('node') or {}).get('host')} as {got['digest']}, not the {record['digest']} "
+                              f"{(stats.get('node') or {}).get('host')} as {got.digest}, not the {record.digest} "
                               "it was sent as: not committed")
         objects[name] = record
     return Produced(objects, outcome.meta, stats)

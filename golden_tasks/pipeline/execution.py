@@ -20,7 +20,8 @@ from ..model.errors import StageFailed
 from ..model.outputs import Outputs, Upstream
 from ..model.plan import Plan
 from ..project import config, reaper
-from ..storage.store import CorruptObject, Entry, Store
+from ..storage.entry import CorruptObject, Entry
+from ..storage.store import Store
 from . import graph
 from .stage_table import BY_NAME, STAGES, InReplay, Stage
 from .stored import Produced, load_outputs, store_outputs
@@ -102,7 +103,7 @@ IMPORTED, ABSENT = Imported(), Absent()
 @dataclasses.dataclass(frozen=True)
 class DamagedUpstream:
     """What a producer returns instead of Produced when an upstream object failed its re-hash: the entry, the
-    object's name and the problem (store.CorruptObject's), so that the caller drops the entry and recomputes."""
+    object's name and the problem (storage.entry.CorruptObject's), so that the caller drops the entry and recomputes."""
     entry: Entry
     name: str | None  # None: the entry's own record
     problem: str

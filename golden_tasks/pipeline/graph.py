@@ -22,7 +22,8 @@ import enum
 from ..model.hashing import digest_json
 from ..model.plan import Plan, StagePlan
 from ..project.toolchain import machine, pipeline_version, toolchain, visible_gpus
-from ..storage.store import Entry, Store
+from ..storage.entry import Entry
+from ..storage.store import Store
 from .stage_table import BY_NAME, STAGES, Stage
 
 

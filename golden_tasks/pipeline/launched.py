@@ -35,7 +35,7 @@ from ..planning.library import Library
 from ..stages import load_checked
 from ..stages.dispatch import call_kernel
 from ..stages.validate import blank, judge
-from ..storage.store import Entry
+from ..storage.entry import Entry
 from .execution import Live
 from .stage_table import BY_NAME, StageName
 from .stored import load_outputs

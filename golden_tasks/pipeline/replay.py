@@ -17,7 +17,7 @@ from ..model.errors import VerificationFailure
 from ..model.hashing import digest_file
 from ..model.outputs import ValidateMeta
 from ..model.plan import REPLAY_MEANING, from_json
-from ..model.records import BadRecord, Manifest
+from ..model.records import BadRecord, Manifest, Timing
 from ..planning.discover import plan_in_subprocess
 from ..project.config import DEFAULT_PROFILE, Project
 from ..project.fingerprint_parts import changed_parts
@@ -40,7 +40,7 @@ class ReplayResult:
     error: str | None
     stale: list  # what changed since the data was saved, each with its meaning
     report: ValidateMeta | None  # validation report of the replay (None when it failed)
-    bench: dict  # kernel timing (us)
+    bench: Timing | None  # the kernel's timing, with every round (None when it failed)
 
 
 def _read_manifest(path: Path) -> Manifest:
@@ -62,9 +62,9 @@ def _check_files(path: Path, manifest: Manifest) -> None:
         file = path / rel
         if not file.exists():
             problems.append(f"{rel}: missing")
-        elif file.stat().st_size != record["nbytes"]:
-            problems.append(f"{rel}: {file.stat().st_size} bytes, {record['nbytes']} expected (truncated?)")
-        elif digest_file(file) != record["digest"]:
+        elif file.stat().st_size != record.nbytes:
+            problems.append(f"{rel}: {file.stat().st_size} bytes, {record.nbytes} expected (truncated?)")
+        elif digest_file(file) != record.digest:
             problems.append(f"{rel}: content does not match its recorded digest (modified?)")
     if problems:
         raise ReplayError(f"{path} is damaged:\n  " + "\n  ".join(problems))
@@ -86,7 +86,7 @@ def _unchecked(manifest: Manifest, project: Path) -> str | None:
 def _check_modules(path: Path, manifest: Manifest) -> None:
     """Refuse a dir that names a module path of golden-tasks that no longer exists (modules move with no alias
     kept): its artifact's module, or one its pickles name (read as opcodes: nothing saved is executed here)."""
-    named = {manifest.artifact["module"]}
+    named = {manifest.artifact.module} if manifest.artifact.module else set()
     for rel in sorted(manifest.recorded()):
         if rel.endswith(".pkl"):
             named |= _modules_pickled(path / rel)
@@ -163,7 +163,7 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
         if reason := outputs[StageName.VALIDATE].skipped:  # no golden was saved, or no device here
             raise ReplayError(f"cannot replay {path} here: {reason}")
     except VerificationFailure as exc:
-        return ReplayResult(False, str(exc), stale, None, {})
+        return ReplayResult(False, str(exc), stale, None, None)
     return ReplayResult(True, None, stale, outputs[StageName.VALIDATE].meta, outputs[StageName.BENCH].stats.kernel_us)
 
 
@@ -172,9 +172,9 @@ def main(path, project=None) -> int:
     result = replay(path, project)
     for line in result.stale:
         print(f"STALE: {line}")
-    if result.passed and result.report is not None:
+    if result.passed and result.report is not None and result.bench is not None:
         print(f"PASS {path}: max abs error {result.report.max_abs:.3g}, kernel median "
-              f"{result.bench['median']:.1f} us over {result.bench['rounds']} rounds")
+              f"{result.bench.median:.1f} us over {result.bench.rounds} rounds")
         return 0
     print(f"FAIL {path}: {result.error}")
     return 1

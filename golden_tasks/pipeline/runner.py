@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ..model.errors import VerificationFailure
 from ..model.plan import BenchSettings, FailedPlan, Plan
-from ..model.records import CaseRow
+from ..model.records import CaseRow, Timing
 from ..model.verdicts import StageState, Verdict
 from ..project import config
 from . import cluster, graph, runtime, summary
@@ -18,14 +18,14 @@ from .walker import Recorder, walk
 @dataclasses.dataclass
 class RunResult:
     """The outcome of one case: a view of its row (`report`, as doit's run record holds it), with its runtime
-    dir, the seconds of the runs that made its entries and its timings' round times. `status` is the row's
+    dir, the seconds of the runs that made its entries and its timings with every round. `status` is the row's
     (PASS, FAIL, SKIPPED, INCOMPLETE); `passed` only when validation ran and passed; `skipped`: why a SKIPPED
     case was not verified here. A skip is not a failure: the result is true (bool) unless the case `failed`."""
     report: CaseRow  # the summary row
     work_dir: Path  # the case's runtime dir (written when it passes; see golden_tasks.pipeline.replay)
     timings: dict  # stage -> seconds of the run that produced its entry
-    bench: dict  # kernel timing stats (us), with every round
-    golden_bench: dict  # golden timing stats (us), with every round
+    bench: Timing | None  # the kernel's timing, with every round (None: not timed)
+    golden_bench: Timing | None  # the golden's timing, with every round (None: not timed)
 
     @property
     def case(self) -> str:
@@ -144,5 +144,5 @@ def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
         lookups = graph.Lookups(plan, store)
         bench, golden_entry = (lookups.cached(BY_NAME[s]) for s in (StageName.BENCH, StageName.GOLDEN_BENCH))
     return RunResult(report=row, work_dir=work_dir, timings=timings,
-                     bench=(bench and load_timings(store, bench).kernel_us) or {},
-                     golden_bench=(golden_entry and load_timings(store, golden_entry).golden_us) or {})
+                     bench=load_timings(store, bench).kernel_us if bench else None,
+                     golden_bench=load_timings(store, golden_entry).golden_us if golden_entry else None)

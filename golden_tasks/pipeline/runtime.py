@@ -27,8 +27,8 @@ from typing import cast
 from ..model.hashing import canonical_json, digest_bytes
 from ..model.outputs import POLICY_FILE, AbiMeta, CompileMeta, InputsMeta, Meta, Outputs
 from ..model.plan import REPLAY_MEANING, Plan
-from ..model.records import MANIFEST, MANIFEST_FORMAT, BadRecord, CaseRow, Manifest
-from ..model.rows import ParamRow, fields_from_json, rows_from_json
+from ..model.records import MANIFEST, MANIFEST_FORMAT, BadRecord, CaseRow, Manifest, SavedArtifact, StoredTensor
+from ..model.rows import fields_from_json
 from ..project.toolchain import pipeline_version, toolchain
 from ..storage.store import umask
 from . import graph
@@ -55,7 +55,7 @@ def is_current(lookups: graph.Lookups, case_dir: Path) -> bool:
             st = os.stat(case_dir / rel)
         except OSError:
             return False
-        if st.st_size != record["nbytes"] or st.st_mtime_ns != manifest.mtimes.get(rel):
+        if st.st_size != record.nbytes or st.st_mtime_ns != manifest.mtimes.get(rel):
             return False
     return True
 
@@ -84,25 +84,26 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = Non
     case_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=case_dir.parent, prefix=f".{case_dir.name}."))
     os.chmod(tmp, 0o777 & ~umask())  # as a plain mkdir would make it
-    tensors, files = {}, {}
+    tensors: dict[str, StoredTensor] = {}
     for stage in (s for s in STAGES if s.folder):
         for name, record in entries[stage.name].objects.items():
-            rel = f"{stage.folder}/{name}.bin"
-            _place(store.object_path(record["digest"]), tmp / rel)
-            tensors[rel] = {k: record[k] for k in ("digest", "nbytes", "dtype", "shape")}
+            if isinstance(record, StoredTensor):
+                rel = f"{stage.folder}/{name}.bin"
+                _place(store.object_path(record.digest), tmp / rel)
+                tensors[rel] = record
     table = AbiMeta.of(entries[StageName.ABI]).table
     for name, value in InputsMeta.of(entries[StageName.INPUTS]).scalars.items():
         dtype = cast(str, next(r.dtype for r in table if r.name == name))  # a checked table's rows have every field
         raw = torch.tensor(value, dtype=dtype_of(dtype)).reshape(1).view(torch.uint8).numpy().tobytes()
         rel = f"data/in/{name}.bin"
         (tmp / rel).write_bytes(raw)
-        tensors[rel] = {"digest": digest_bytes(raw), "nbytes": len(raw), "dtype": dtype, "shape": []}
+        tensors[rel] = StoredTensor(digest=digest_bytes(raw), nbytes=len(raw), dtype=dtype, shape=[])
     compiled, built = entries[StageName.COMPILE], CompileMeta.of(entries[StageName.COMPILE])
     for name, record in compiled.objects.items():
-        _place(store.object_path(record["digest"]), tmp / "artifact" / name)
+        _place(store.object_path(record.digest), tmp / "artifact" / name)
     policy = entries[StageName.POLICY].objects[POLICY_FILE]
-    _place(store.object_path(policy["digest"]), tmp / POLICY_FILE)
-    files[POLICY_FILE] = {"digest": policy["digest"], "nbytes": policy["nbytes"]}
+    _place(store.object_path(policy.digest), tmp / POLICY_FILE)
+    files = {POLICY_FILE: policy}
     manifest = Manifest(
         format=MANIFEST_FORMAT, case=plan.case, module=plan.module, profile=plan.profile,
         keys=lookups.keys(), fingerprints={f: plan.field_json(f) for f in FINGERPRINTS},
@@ -111,13 +112,13 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = Non
         # saved stages that skipped (a case without a golden): a replay skips what reads them
         skipped={s.name: reason for s in STAGES
                  if s.replay is InReplay.SAVED and (reason := s.meta.of(entries[s.name]).skipped)},
-        artifact={"backend": built.backend, "module": built.module, "table": [r.to_json() for r in built.table],
-                  "files": {f"artifact/{n}": {"digest": r["digest"], "nbytes": r["nbytes"]}
-                            for n, r in compiled.objects.items()}},
+        artifact=SavedArtifact(backend=built.backend, module=built.module, table=built.table,
+                               files={f"artifact/{n}": r for n, r in compiled.objects.items()}),
         tensors=tensors, files=files)
+    timings = {s.timing: getattr(load_timings(store, entries[s.name]), s.timing) for s in STAGES if s.timing}
     run_report = {"case": plan.case, "summary": summary and summary.to_json(),
                   "validation": entries[StageName.VALIDATE].meta,
-                  **{s.timing: getattr(load_timings(store, entries[s.name]), s.timing) for s in STAGES if s.timing}}
+                  **{field: timing and timing.to_json() for field, timing in timings.items()}}
     (tmp / "report.json").write_text(json.dumps(run_report, indent=1, sort_keys=True))
     manifest.mtimes = {rel: os.stat(tmp / rel).st_mtime_ns for rel in manifest.recorded()}
     (tmp / MANIFEST).write_text(json.dumps(json.loads(canonical_json(manifest.to_json())), indent=1, sort_keys=True))
@@ -146,10 +147,9 @@ def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
     scalars = {r.name: inputs.pop(r.name).item() for r in table if r.by_value}
     return {
         StageName.ABI: Outputs(meta=AbiMeta(table=table, placement=manifest.placement)),
-        StageName.COMPILE: Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact["files"]},
-                                   meta=CompileMeta(backend=artifact["backend"], module=artifact["module"],
-                                                    table=rows_from_json(ParamRow, artifact["table"],
-                                                                         "artifact.table"))),
+        StageName.COMPILE: Outputs(files={rel.split("/", 1)[1]: case_dir / rel for rel in artifact.files},
+                                   meta=CompileMeta(backend=artifact.backend, module=artifact.module,
+                                                    table=artifact.table)),
         StageName.INPUTS: Outputs(tensors=inputs, meta=InputsMeta(scalars=scalars)),
         StageName.GOLDEN: Outputs(tensors=folder(StageName.GOLDEN), meta=Meta(skipped=skipped.get(StageName.GOLDEN))),
         StageName.INPUTS2: Outputs(tensors=folder(StageName.INPUTS2),

@@ -8,9 +8,11 @@ import importlib
 import json
 from pathlib import Path
 
-from ..model.outputs import SAMPLES_FILE, Outputs, Stats, join_timing
+from ..model.outputs import SAMPLES_FILE, Outputs, Stats
+from ..model.records import StoredObject, StoredTensor
 from ..project.toolchain import hardware
-from ..storage.store import CorruptObject, Entry, Store, object_problem
+from ..storage.entry import CorruptObject, Entry
+from ..storage.store import Store, object_problem
 from .stage_table import BY_NAME
 
 
@@ -18,7 +20,7 @@ from .stage_table import BY_NAME
 class Produced:
     """What running a stage made, its objects stored: their records by name, its meta and stats (JSON), to be
     committed as the stage's entry."""
-    objects: dict
+    objects: dict[str, StoredObject]
     meta: dict
     stats: dict
 
@@ -32,13 +34,13 @@ def load_outputs(store: Store, entry: Entry) -> Outputs:
     """The entry's outputs, every object re-hashed; raises CorruptObject naming the entry."""
     out = Outputs(meta=BY_NAME[entry.stage].meta.of(entry), stats=Stats.of(entry))
     for name, record in entry.objects.items():
-        if record["kind"] == "tensor":
+        if isinstance(record, StoredTensor):
             try:
                 out.tensors[name] = _tensors().load_tensor(store, record)
             except ValueError as exc:
                 raise CorruptObject(entry, name, str(exc)) from None
         else:
-            path = store.object_path(record["digest"])
+            path = store.object_path(record.digest)
             problem = object_problem(path, record)
             if problem:
                 raise CorruptObject(entry, name, problem)
@@ -49,11 +51,11 @@ def load_outputs(store: Store, entry: Entry) -> Outputs:
 def store_outputs(store: Store, out: Outputs, elapsed: float) -> Produced:
     """A stage's Outputs, its tensors and files put in the store, and its timings' round times in the object
     SAMPLES_FILE (the stats keep their summary: Stats.split)."""
-    objects = {n: {**_tensors().put_tensor(store, t), "kind": "tensor"} for n, t in out.tensors.items()}
-    objects.update({n: {**store.put_file(Path(p)), "kind": "file"} for n, p in out.files.items()})
+    objects: dict[str, StoredObject] = {n: _tensors().put_tensor(store, t) for n, t in out.tensors.items()}
+    objects.update({n: store.put_file(Path(p)) for n, p in out.files.items()})
     stats, samples = dataclasses.replace(out.stats, seconds=elapsed, node=hardware()).split()
     if samples:
-        objects[SAMPLES_FILE] = {**store.put_buffer(json.dumps(samples, sort_keys=True).encode()), "kind": "file"}
+        objects[SAMPLES_FILE] = store.put_buffer(json.dumps(samples, sort_keys=True).encode())
     return Produced(objects, out.meta.to_json(), stats.to_json())
 
 
@@ -62,10 +64,7 @@ def load_timings(store: Store, entry: Entry) -> Stats:
     stats, record = Stats.of(entry), entry.objects.get(SAMPLES_FILE)
     if record is None:
         return stats
-    path = store.object_path(record["digest"])
+    path = store.object_path(record.digest)
     if problem := object_problem(path, record):
         raise CorruptObject(entry, SAMPLES_FILE, problem)
-    samples = json.loads(path.read_bytes())
-    joined = {f: join_timing(getattr(stats, f), s) for f, s in samples.items()}
-    return dataclasses.replace(stats, golden_us=joined.get("golden_us", stats.golden_us),
-                               kernel_us=joined.get("kernel_us", stats.kernel_us))
+    return stats.joined(json.loads(path.read_bytes()))

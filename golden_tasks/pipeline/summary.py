@@ -1,6 +1,8 @@
 """A case's summary in a run: its row of the run record (records.CaseRow), built from its stage states in the
 run and its cached entries, and the tally of cache hits over a run. Both runners make them: the doit adapter
 (frontends.doit_session) and golden_tasks.run (runner)."""
+import dataclasses
+
 from ..model.outputs import SAMPLES_FILE, BenchMeta, CompileMeta, Stats, ValidateMeta, Worst
 from ..model.plan import FailedPlan, Plan
 from ..model.records import CaseRow, Timing
@@ -69,7 +71,7 @@ def _timing(entry, field: str) -> Timing | None:
     """The entry's timing summary, with the digest of the object that holds its round times ("samples")."""
     timing = getattr(Stats.of(entry), field)
     record = entry.objects.get(SAMPLES_FILE)
-    return timing and Timing.from_json({**timing, "samples": record and record["digest"]}, field)
+    return timing and dataclasses.replace(timing, samples=record and record.digest)
 
 
 def first_line(text) -> str:

@@ -20,7 +20,8 @@ from ..model.errors import StalePlan, VerificationFailure
 from ..model.outputs import Stats, Worst
 from ..model.plan import Plan
 from ..model.verdicts import StageState
-from ..storage.store import Entry, Store
+from ..storage.entry import Entry
+from ..storage.store import Store
 from .execution import IMPORTED, CaseSource, execute
 from .stage_table import Stage, StageName
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..model.hashing import digest_bytes, digest_file
 from ..model.origin import is_user_file, is_user_module
-from ..storage.store import RACY_NS
+from ..storage.entry import RACY_NS
 
 _SYSTEM = ("/proc/", "/sys/", "/dev/")
 # os.environ, Mapping.get

@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 from ..model.hashing import digest_file, digest_json
-from ..model.records import CaseRow
+from ..model.records import CaseRow, Timing
 from ..pipeline.stage_table import StageName
 from ..pipeline.stored import load_outputs, load_timings
 from ..pipeline.summary import first_line
@@ -182,19 +182,19 @@ def draw_heat_map(name: str, shape: tuple, share, row_edges: list, col_edges: li
     return _svg(fig)
 
 
-def rounds_range(timing: dict) -> tuple[float, float]:
-    """The y range of a rounds plot: the rounds that are not outliers, with a margin, so that one slow
-    round does not flatten the rest (outliers beyond it are drawn at its edge)."""
-    outliers = set(timing.get("outliers") or ())
-    regular = [t for t in timing["times"] if t not in outliers] or timing["times"]
+def rounds_range(timing: Timing) -> tuple[float, float]:
+    """The y range of a rounds plot of `timing` (with its round times): the rounds that are not outliers,
+    with a margin, so that one slow round does not flatten the rest (outliers beyond it are drawn at its edge)."""
+    outliers = set(timing.outlier_times)
+    regular = [t for t in timing.times if t not in outliers] or timing.times
     low, high = min(regular), max(regular)
     margin = 0.15 * (high - low) or 0.05 * abs(high) or 1.0
     return low - margin, high + margin
 
 
-def draw_rounds(timing: dict) -> str:
-    times = timing["times"]
-    outliers = set(timing.get("outliers") or ())
+def draw_rounds(timing: Timing) -> str:
+    """The rounds plot of `timing`, with its round times."""
+    times, outliers = timing.times, set(timing.outlier_times)
     step = max(1, math.ceil(len(times) / MAX_ROUNDS_SHOWN))
     shown = [(i, t) for i, t in enumerate(times) if i % step == 0 or t in outliers]
     fig = _figure(5.2, 2.6)
@@ -213,7 +213,7 @@ def draw_rounds(timing: dict) -> str:
         if points:
             ax.scatter(*zip(*points), s=12, clip_on=False, **style)
     ax.set_ylim(low, high)
-    ax.axhline(timing["median"], color="#222222", linewidth=1, label=f"median {timing['median']:.4g} us")
+    ax.axhline(timing.median, color="#222222", linewidth=1, label=f"median {timing.median:.4g} us")
     ax.set_xlabel("round" + (f" (one in {step} shown, and every outlier)" if step > 1 else ""))
     ax.set_ylabel("us")
     ax.set_title("kernel benchmark rounds", fontsize=10)
@@ -248,7 +248,7 @@ class Sources:
             raise Unplottable(f"{stage} was skipped: {outputs.skipped}")
         return outputs
 
-    def kernel_timing(self, row: CaseRow) -> dict:
+    def kernel_timing(self, row: CaseRow) -> Timing:
         """The kernel's timing with every round, from the samples of the row's bench entry."""
         return load_timings(self.store, self.entry(StageName.BENCH, row)).kernel_us
 
@@ -291,8 +291,8 @@ def rounds_plot(row: CaseRow, sources: Sources) -> Plot:
     if not row.kernel_timing:
         return Plot("bench-rounds", "kernel benchmark rounds", reason="no benchmark rounds were recorded")
     timing = sources.kernel_timing(row)
-    return Plot("bench-rounds", f"kernel benchmark: {len(timing['times'])} rounds, "
-                                f"{len(timing['outliers'])} outliers", svg=draw_rounds(timing))
+    return Plot("bench-rounds", f"kernel benchmark: {len(timing.times)} rounds, "
+                                f"{len(timing.outlier_times)} outliers", svg=draw_rounds(timing))
 
 
 def case_plots(row: CaseRow, sources: Sources) -> list:

@@ -9,13 +9,14 @@ StageFailed.
 
 Imports: model, storage, project, forms, planning.
 """
-import statistics
+import dataclasses
 import time
 from pathlib import Path
 
 from ..model.errors import StageFailed  # the stages' failure type, for their callers
 from ..model.outputs import Outputs  # what they return
 from ..model.plan import BenchSettings
+from ..model.records import Timing
 
 
 def adaptive_rounds(call, rule: BenchSettings, before=None, agree=None, clock=time.perf_counter, timer=None,
@@ -79,31 +80,10 @@ class _RunningMean:
 
     @property
     def rse(self) -> float:
-        """As relative_standard_error."""
+        """As model.records.relative_standard_error."""
         if self.count < 2 or self.mean <= 0:
             return float("inf")
         return (self._squares / (self.count - 1)) ** 0.5 / self.count ** 0.5 / self.mean
-
-
-def relative_standard_error(times: list) -> float:
-    """The standard error of the mean over the mean (inf for fewer than two rounds or a zero mean)."""
-    mean = statistics.fmean(times)
-    if len(times) < 2 or mean <= 0:
-        return float("inf")
-    return statistics.stdev(times) / len(times) ** 0.5 / mean
-
-
-def summary(times: list, stopped: str, warmup: int) -> dict:
-    """min / median / mean / max, std, IQR, the noise floor reached (relative standard error of the
-    mean), the outliers (beyond 1.5 IQR of the quartiles: reported, never dropped), the rounds, warmup,
-    why the timing stopped (adaptive_rounds) and every round's time, in microseconds."""
-    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else times * 3
-    fence = 1.5 * (q3 - q1)
-    return {"min": min(times), "median": statistics.median(times), "mean": statistics.fmean(times),
-            "max": max(times), "std": statistics.stdev(times) if len(times) > 1 else 0.0, "iqr": q3 - q1,
-            "rse": rse if (rse := relative_standard_error(times)) != float("inf") else None,
-            "outliers": [t for t in times if t < q1 - fence or t > q3 + fence],
-            "rounds": len(times), "warmup": warmup, "stopped": stopped, "times": list(times)}
 
 
 # A rank is persistently slower when it is the slowest in this share of at least this many rounds and
@@ -111,39 +91,37 @@ def summary(times: list, stopped: str, warmup: int) -> dict:
 IMBALANCE_SHARE, IMBALANCE_ROUNDS, IMBALANCE_RATIO = 0.75, 10, 1.10
 
 
-def rank_stats(per_rank: list, placed: list) -> dict:
-    """The timing of the rounds (the slowest rank's time in each) and, for several ranks, each
-    rank's own timing, how many rounds it was the slowest in and the tensors it placed, and a
+def rank_stats(per_rank: list, placed: list) -> Timing:
+    """The timing of the rounds (the slowest rank's time in each), where rank 0 measured it and, for several
+    ranks, each rank's own timing, how many rounds it was the slowest in and the tensors it placed, and a
     load imbalance (or None). `per_rank`: time_kernel's answer of each rank."""
     first = per_rank[0]
     rounds = [max(times) for times in zip(*(r["times"] for r in per_rank))]
-    where = {k: v for k, v in first.items() if k not in ("times", "stopped", "warmup", "left_running", "sampled",
-                                                                 "harness")}
-    stats = {**summary(rounds, first["stopped"], first["warmup"]), **where}
+    timing = dataclasses.replace(Timing.of_rounds(rounds, first["stopped"], first["warmup"]), cpu=first["cpu"],
+                                 **first["where"])
     if len(per_rank) == 1:
-        return stats
+        return timing
     slowest = [max(range(len(per_rank)), key=lambda r: times[r]) for times in zip(*(r["times"] for r in per_rank))]
-    stats["ranks"] = [{**summary(r["times"], r["stopped"], r["warmup"]), "slowest_rounds": slowest.count(i),
-                       "placed": placed[i]} for i, r in enumerate(per_rank)]
-    stats["imbalance"] = imbalance(stats["ranks"])
-    return stats
+    ranks = [dataclasses.replace(Timing.of_rounds(r["times"], r["stopped"], r["warmup"]),
+                                 slowest_rounds=slowest.count(i), placed=placed[i]) for i, r in enumerate(per_rank)]
+    return dataclasses.replace(timing, ranks=ranks, imbalance=imbalance(ranks))
 
 
-def imbalance(ranks_stats: list) -> str:
-    """Why the ranks look imbalanced (one is persistently the slowest), or None."""
-    medians = [r["median"] for r in ranks_stats]
-    worst = max(range(len(ranks_stats)), key=lambda r: ranks_stats[r]["slowest_rounds"])
-    share = ranks_stats[worst]["slowest_rounds"] / ranks_stats[worst]["rounds"]
+def imbalance(ranks: list) -> str:
+    """Why the ranks (rank_stats' Timing of each) look imbalanced (one is persistently the slowest), or None."""
+    medians = [r.median for r in ranks]
+    worst = max(range(len(ranks)), key=lambda r: ranks[r].slowest_rounds)
+    share = ranks[worst].slowest_rounds / ranks[worst].rounds
     ratio = medians[worst] / max(min(medians), 1e-9)
-    if share >= IMBALANCE_SHARE and ranks_stats[worst]["rounds"] >= IMBALANCE_ROUNDS and ratio >= IMBALANCE_RATIO:
+    if share >= IMBALANCE_SHARE and ranks[worst].rounds >= IMBALANCE_ROUNDS and ratio >= IMBALANCE_RATIO:
         return (f"rank {worst} was the slowest in {share:.0%} of the rounds; "
                 f"its median is {ratio:.2f}x the fastest rank's")
     return None
 
 
-def measure(call, rule: BenchSettings, before=None) -> dict:
-    """The summary of timing `call` as `rule` says (adaptive_rounds)."""
-    return summary(*adaptive_rounds(call, rule, before))
+def measure(call, rule: BenchSettings, before=None) -> Timing:
+    """The timing of `call`, timed as `rule` says (adaptive_rounds)."""
+    return Timing.of_rounds(*adaptive_rounds(call, rule, before))
 
 
 def _last_level_cache_bytes() -> int:

@@ -88,7 +88,8 @@ def _cuda_timer():
 
 
 def _device(device: str) -> dict:
-    """Where the rounds ran: the CPU threads; a GPU's name and clocks (MHz, where NVML can tell)."""
+    """Where the rounds ran, as Timing's fields: the CPU threads; a GPU's name and clocks (MHz, where NVML can
+    tell)."""
     found = {"device": device, "threads": torch.get_num_threads()}
     if device == "cuda":
         found["name"] = torch.cuda.get_device_name()
@@ -161,8 +162,9 @@ def time_kernel(kernel, args: list, rank, rule: BenchSettings, table: list, devi
     """Runs in each rank. `args` holds the arguments of each of the `sets` argument sets in turn (the two
     checked ones, then the unseen ones); `slots[rank]`: _Reservoir's buffers; `marks`: where the rank tells
     the caller that its timed loop starts and ends, `read[rank]`: where the caller answers once it has read
-    the rank's CPU time (_Witness). The rounds' times and how they ended, with `_device`; and the CPU time
-    this process spent in each of the first rounds, those `remembers` reads ("cpu", microseconds)."""
+    the rank's CPU time (_Witness). The rounds' times and how they ended, where they ran ("where": _device),
+    and the CPU time this process spent in each of the first rounds, those `remembers` reads ("cpu",
+    microseconds)."""
     n = len(table)
     per_set = [args[k * n:(k + 1) * n] for k in range(sets)]
     fresh = [_Fresh(a, table) for a in per_set]
@@ -235,7 +237,7 @@ def time_kernel(kernel, args: list, rank, rule: BenchSettings, table: list, devi
                     agree, timer=timer, after=lambda i: watch.after(PROCESS_ROUNDS + i))  # looks as in late rounds
     harness = (_thread_time() - used) / NOOP_ROUNDS
     return {"times": times, "stopped": stopped, "warmup": warmed, "left_running": watch.found, "harness": harness,
-            "sampled": reservoir.rounds, "cpu": cpu, **_device(device)}
+            "sampled": reservoir.rounds, "cpu": cpu, "where": _device(device)}
 
 
 def judge_again(policy: bytes, checks: dict, case: str, placement: dict, blank: list) -> list:
@@ -410,8 +412,7 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
             placement.check_inputs_untouched(given, what)
             placement.check_guards(what)
         per_rank = [r.value for r in results]
-        stats = rank_stats(per_rank, [r.placed for r in results])
-        stats["clock"], forged = clock_check(per_rank, witness)
+        timing, (clock, forged) = rank_stats(per_rank, [r.placed for r in results]), clock_check(per_rank, witness)
         if left := next((r["left_running"] for r in per_rank if r["left_running"]), None):
             raise StageFailed(f"{what} FAILED its timing: {left}")
         unseen = unseen_rounds(draw, rule, len(sets) - 2)
@@ -439,5 +440,5 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
         if failures:
             raise StageFailed(f"{plan.case} passed validation, but its benchmark's recheck FAILED (a kernel right "
                               "only on its first call, or returning a cached result?):\n" + "\n".join(failures))
-    stats["unseen_rounds"] = len(unseen)
-    return Outputs(meta=BenchMeta(second_set=second, caveat=artifact.timing_caveat()), stats=Stats(kernel_us=stats))
+    return Outputs(meta=BenchMeta(second_set=second, caveat=artifact.timing_caveat()),
+                   stats=Stats(kernel_us=dataclasses.replace(timing, clock=clock, unseen_rounds=len(unseen))))

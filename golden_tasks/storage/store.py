@@ -40,63 +40,19 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..model.errors import VerificationFailure
-from ..model.hashing import digest_bytes, digest_file, digest_json
-
-# The coarsest timestamp granularity of the file systems a cache or a source tree may live on (2 s: FAT, some
-# network file systems): two writes this close may carry the same modification time.
-RACY_NS = 2_000_000_000
+from ..model.hashing import digest_bytes, digest_file
+from ..model.records import StoredObject
+from .entry import RACY_NS, CorruptObject, Entry, content_digest
 
 
 class CacheWriteError(VerificationFailure):
     """The cache cannot be written (permissions, full disk)."""
 
 
-class CorruptObject(Exception):
-    """A stored object no longer matches its recorded digest."""
-
-    def __init__(self, entry, name: str | None, problem: str):
-        what = f"object {name!r}" if name is not None else "its record"
-        super().__init__(f"cache entry {entry.stage}:{entry.case} (key {entry.key[:12]}): {what} {problem}")
-        self.entry, self.name, self.problem = entry, name, problem
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One cached stage output.
-
-    `digest` covers every object and `meta`, the deterministic part that
-    downstream keys read; `stats` (timings), `recipe` (the digest of the object
-    that holds what went into the key: Store.recipe), `seen` (each object's
-    mtime when recorded) and `committed` (when, in ns) are informational and kept
-    out of it, so that a re-run producing the same outputs keeps its digest.
-    """
-    stage: str
-    key: str
-    case: str
-    digest: str
-    objects: dict
-    meta: dict
-    stats: dict
-    recipe: str | None = None
-    seen: dict = field(default_factory=dict)
-    committed: int | None = None
-
-    def intact(self) -> bool:
-        """Whether the objects and metadata are still those its digest was made from."""
-        return digest_json({"objects": self.objects, "meta": self.meta}) == self.digest
-
-    def proof_of_content(self, digest: str) -> int | None:
-        """The modification time that shows an object unchanged since the commit: the one recorded, if it
-        is RACY_NS older than the commit (a write after the commit then gives another time), else None."""
-        seen = self.seen.get(digest)
-        return seen if seen is not None and self.committed and seen <= self.committed - RACY_NS else None
-
-
-_DAMAGED = object()  # Store._read: an entry file whose content no longer matches its digest
+_DAMAGED = object()  # Store._read: an entry file that no longer matches its digest, or holds a malformed record
 
 
 def warn(message: str) -> None:
@@ -146,15 +102,15 @@ def _cannot_write(path: Path, exc: OSError) -> str:
             "point GOLDEN_TASKS_CACHE elsewhere, or set GOLDEN_TASKS_CACHE_READONLY=1 to use it read-only")
 
 
-def object_problem(path: Path | str, record: dict) -> str | None:
+def object_problem(path: Path | str, record: StoredObject) -> str | None:
     """Why the object at `path` does not match `record`, or None when it does."""
     try:
         size = os.path.getsize(path)
     except OSError:
         return "is missing"
-    if size != record["nbytes"]:
-        return f"has {size} bytes, {record['nbytes']} recorded (truncated?)"
-    if digest_file(path) != record["digest"]:
+    if size != record.nbytes:
+        return f"has {size} bytes, {record.nbytes} recorded (truncated?)"
+    if digest_file(path) != record.digest:
         return "content does not match its digest (corrupted)"
     return None
 
@@ -191,18 +147,18 @@ class Store:
                 return written
         return f"{self._root}/objects/{digest[:2]}/{digest}"
 
-    def put_buffer(self, buf) -> dict:
-        """Store a buffer-protocol object; return its object record (digest, nbytes)."""
+    def put_buffer(self, buf) -> StoredObject:
+        """Store a buffer-protocol object; return its record."""
         view = memoryview(buf).cast("B")
         digest = digest_bytes(view)
         self._write_object(digest, lambda f: f.write(view))
-        return {"digest": digest, "nbytes": view.nbytes}
+        return StoredObject(digest=digest, nbytes=view.nbytes)
 
-    def put_file(self, src: Path) -> dict:
+    def put_file(self, src: Path) -> StoredObject:
         digest = digest_file(src)
         with open(src, "rb") as s:
             self._write_object(digest, lambda f: shutil.copyfileobj(s, f))
-        return {"digest": digest, "nbytes": os.path.getsize(src)}
+        return StoredObject(digest=digest, nbytes=os.path.getsize(src))
 
     def object_files(self):
         """The path of every file in this store's objects folder (not its overlay's): objects, and the
@@ -230,8 +186,8 @@ class Store:
         """(path, Entry) for every readable entry manifest in this store (not its overlay), by path."""
         for path in sorted((self.root / "entries").glob("*/*/*.json")):
             try:
-                yield path, Entry(**json.loads(path.read_text()))
-            except (OSError, ValueError, TypeError):
+                yield path, Entry.from_json(json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError, CorruptObject):  # unreadable, or a malformed record in it
                 continue
 
     def get(self, stage: str, key: str):
@@ -257,11 +213,11 @@ class Store:
         if entry is _DAMAGED:
             return None
         for name, record in entry.objects.items():
-            path = self._object_file(record["digest"])
-            proof = entry.proof_of_content(record["digest"])
+            path = self._object_file(record.digest)
+            proof = entry.proof_of_content(record.digest)
             try:
                 st = os.stat(path)
-                unchanged = proof is not None and st.st_size == record["nbytes"] and st.st_mtime_ns == proof
+                unchanged = proof is not None and st.st_size == record.nbytes and st.st_mtime_ns == proof
             except OSError:
                 unchanged = False
             problem = None if unchanged else object_problem(path, record)
@@ -271,7 +227,8 @@ class Store:
         return entry
 
     def _read(self, stage, key):
-        """The entry under (stage, key) here: None when there is none, _DAMAGED when it was edited (dropped)."""
+        """The entry under (stage, key) here: None when there is none, _DAMAGED when it was edited or holds a
+        malformed record (dropped)."""
         path = self._entry_file(stage, key)
         try:
             st = os.stat(path)
@@ -279,7 +236,10 @@ class Store:
             if (before := self._read_before.get(path)) and before[0] == signature:
                 return before[1]
             with open(path, "rb") as f:
-                entry = Entry(**json.loads(f.read()))
+                entry = Entry.from_json(json.loads(f.read()))
+        except CorruptObject as malformed:
+            self.drop(malformed)
+            return _DAMAGED
         except (OSError, ValueError, TypeError):
             return None
         if not entry.intact():
@@ -299,22 +259,21 @@ class Store:
             return
         warn(f"{corruption}; dropping it and recomputing")
         for record in entry.objects.values():
-            path = self.object_path(record["digest"])
+            path = self.object_path(record.digest)
             if path.is_relative_to(owner.root) and path.exists() and object_problem(path, record):
                 path.unlink(missing_ok=True)
         owner.entry_path(entry.stage, entry.key).unlink(missing_ok=True)
 
-    def commit(self, stage: str, key: str, case: str, objects: dict, meta: dict, stats: dict,
+    def commit(self, stage: str, key: str, case: str, objects: dict[str, StoredObject], meta: dict, stats: dict,
                recipe: dict | None = None) -> Entry:
         """Record a stage output whose objects are already stored."""
-        digest = digest_json({"objects": objects, "meta": meta})
-        seen = {r["digest"]: os.stat(self.object_path(r["digest"])).st_mtime_ns for r in objects.values()}
+        seen = {r.digest: os.stat(self.object_path(r.digest)).st_mtime_ns for r in objects.values()}
         committed = time.time_ns()  # after the stats: a write after them has a later time than these
         # the recipe (a kilobyte or more) is read only by `golden-tasks explain`: an object of its own
-        made = self.put_buffer(json.dumps(recipe, sort_keys=True).encode())["digest"] if recipe else None
-        entry = Entry(stage=stage, key=key, case=case, digest=digest, objects=objects, meta=meta, stats=stats,
-                      recipe=made, seen=seen, committed=committed)
-        text = json.dumps(entry.__dict__, sort_keys=True, indent=1).encode()
+        made = self.put_buffer(json.dumps(recipe, sort_keys=True).encode()).digest if recipe else None
+        entry = Entry(stage=stage, key=key, case=case, digest=content_digest(objects, meta), objects=objects,
+                      meta=meta, stats=stats, recipe=made, seen=seen, committed=committed)
+        text = json.dumps(entry.to_json(), sort_keys=True, indent=1).encode()
         atomic_write(self._written.entry_path(stage, key), lambda f: f.write(text))
         return entry
 

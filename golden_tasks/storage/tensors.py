@@ -7,6 +7,7 @@ may write to what it loaded without touching the store).
 import torch
 
 from ..model.hashing import digest_bytes
+from ..model.records import StoredTensor
 from ..model.specs import dtype_name, dtype_of
 from .store import Store
 
@@ -16,32 +17,34 @@ def _bytes(tensor: torch.Tensor):
     return tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b""
 
 
-def put_tensor(store: Store, tensor: torch.Tensor) -> dict:
+def put_tensor(store: Store, tensor: torch.Tensor) -> StoredTensor:
     data = tensor.detach().cpu().contiguous()
-    return {**store.put_buffer(_bytes(data)), "dtype": dtype_name(data.dtype), "shape": list(data.shape)}
+    stored = store.put_buffer(_bytes(data))
+    return StoredTensor(digest=stored.digest, nbytes=stored.nbytes, dtype=dtype_name(data.dtype),
+                        shape=list(data.shape))
 
 
-def map_raw(path, record: dict, verify: bool = False) -> torch.Tensor:
-    """A raw tensor file (record: nbytes, dtype, shape, digest), memory-mapped copy-on-write.
+def map_raw(path, record: StoredTensor, verify: bool = False) -> torch.Tensor:
+    """A raw tensor file, memory-mapped copy-on-write.
 
     Raises ValueError when the file cannot be mapped or, with `verify`, when its
     bytes no longer match the recorded digest.
     """
-    dtype, shape = dtype_of(record["dtype"]), tuple(record["shape"])
-    if record["nbytes"] == 0:
+    dtype, shape = dtype_of(record.dtype), tuple(record.shape)
+    if record.nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     try:
-        flat = torch.from_file(str(path), shared=False, size=record["nbytes"], dtype=torch.uint8)
+        flat = torch.from_file(str(path), shared=False, size=record.nbytes, dtype=torch.uint8)
     except RuntimeError as exc:  # missing or shorter than recorded
         raise ValueError(f"cannot be mapped ({exc})") from exc
-    if verify and digest_bytes(flat.numpy()) != record["digest"]:
+    if verify and digest_bytes(flat.numpy()) != record.digest:
         raise ValueError("content does not match its digest (corrupted)")
     return flat.view(dtype).reshape(shape)
 
 
-def load_tensor(store: Store, record: dict) -> torch.Tensor:
+def load_tensor(store: Store, record: StoredTensor) -> torch.Tensor:
     """The stored tensor, memory-mapped and re-hashed."""
-    return map_raw(store.object_path(record["digest"]), record, verify=True)
+    return map_raw(store.object_path(record.digest), record, verify=True)
 
 
 def same_bits(a, b) -> bool:
