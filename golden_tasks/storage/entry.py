@@ -4,6 +4,8 @@ The store (storage.store) writes and finds entries; what one holds, and what its
 """
 import dataclasses
 import json
+import typing
+from typing import Any
 
 from ..model.hashing import digest_json
 from ..model.records import BadRecord, StoredObject, StoredTensor
@@ -16,7 +18,7 @@ RACY_NS = 2_000_000_000
 class CorruptObject(Exception):
     """A stored object no longer matches its recorded digest."""
 
-    def __init__(self, entry, name: str | None, problem: str):
+    def __init__(self, entry: "Entry", name: str | None, problem: str) -> None:
         what = f"object {name!r}" if name is not None else "its record"
         super().__init__(f"cache entry {entry.stage}:{entry.case} (key {entry.key[:12]}): {what} {problem}")
         self.entry, self.name, self.problem = entry, name, problem
@@ -42,14 +44,14 @@ class Entry:
     case: str
     digest: str
     objects: dict[str, StoredObject]
-    meta: dict
-    stats: dict
+    meta: dict[str, Any]  # JSON
+    stats: dict[str, Any]  # JSON
     recipe: str | None = None
-    seen: dict = dataclasses.field(default_factory=dict)
+    seen: dict[str, int] = dataclasses.field(default_factory=dict)  # object digest -> its mtime (ns)
     committed: int | None = None
 
     @classmethod
-    def from_json(cls, data) -> "Entry":
+    def from_json(cls, data: dict[str, Any]) -> "Entry":
         """The entry an entry file holds. TypeError: it does not hold an entry's fields; CorruptObject (naming
         the entry, without its objects: none of them can be checked): an object's record is malformed."""
         entry = cls(**data)
@@ -61,7 +63,7 @@ class Entry:
             raise CorruptObject(dataclasses.replace(entry, objects={}), None, f"is malformed: {exc}") from None
         return dataclasses.replace(entry, objects=objects)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "objects": _objects_json(self.objects)}
 
     def intact(self) -> bool:
@@ -75,20 +77,21 @@ class Entry:
         return seen if seen is not None and self.committed and seen <= self.committed - RACY_NS else None
 
 
-def content_digest(objects: dict[str, StoredObject], meta: dict) -> str:
+def content_digest(objects: dict[str, StoredObject], meta: dict[str, Any]) -> str:
     """An entry's digest: of its objects' records and its meta."""
     return digest_json({"objects": _objects_json(objects), "meta": meta})
 
 
-def _object_of(data, where: str) -> StoredObject:
+def _object_of(data: Any, where: str) -> StoredObject:
     """An object's record from an entry's JSON: its kind's type (_KINDS) read from the other fields."""
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind not in _KINDS:
         raise BadRecord(f"{where}: expected an object's record, its kind one of {', '.join(_KINDS)}, got "
                         f"{json.dumps(data)[:80]}")
-    return _KINDS[kind].from_json({k: v for k, v in data.items() if k != "kind"}, where)
+    # from_json makes an instance of the record type it is called on
+    return typing.cast(StoredObject, _KINDS[kind].from_json({k: v for k, v in data.items() if k != "kind"}, where))
 
 
-def _objects_json(objects: dict[str, StoredObject]) -> dict:
+def _objects_json(objects: dict[str, StoredObject]) -> dict[str, dict[str, Any]]:
     """The objects' records as an entry's JSON holds them: each with its kind."""
     return {name: {**record.to_json(), "kind": _KIND_OF[type(record)]} for name, record in objects.items()}

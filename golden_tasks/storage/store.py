@@ -33,6 +33,7 @@ callers), and whoever waited for it finds the entry made while it waited.
 A read-only store never writes under its root: what the run computes goes to
 an overlay store (a scratch directory) that is read after the root.
 """
+import enum
 import functools
 import json
 import os
@@ -40,19 +41,30 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, cast
 
 from ..model.errors import VerificationFailure
 from ..model.hashing import digest_bytes, digest_file
 from ..model.records import StoredObject
 from .entry import RACY_NS, CorruptObject, Entry, content_digest
 
+if TYPE_CHECKING:
+    from filelock import FileLock
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
 
 class CacheWriteError(VerificationFailure):
     """The cache cannot be written (permissions, full disk)."""
 
 
-_DAMAGED = object()  # Store._read: an entry file that no longer matches its digest, or holds a malformed record
+class _Damaged(enum.Enum):  # the sentinel's type: `is _DAMAGED` then narrows what Store._read returns
+    DAMAGED = enum.auto()
+
+
+# Store._read: an entry file that no longer matches its digest, or holds a malformed record
+_DAMAGED: Final = _Damaged.DAMAGED
 
 
 def warn(message: str) -> None:
@@ -72,7 +84,7 @@ def umask() -> int:
         return mask
 
 
-def atomic_write(path: Path, write, mtime_ns: int | None = None) -> None:
+def atomic_write(path: Path, write: Callable[[BinaryIO], object], mtime_ns: int | None = None) -> None:
     """Write `path` through a temporary file and a rename; nothing partial ever appears. The file gets the
     mode a plain open() would give it (0666 less the umask: a team sharing a cache reads each other's
     files), not the temporary file's 0600, and `mtime_ns` as its modification time if given."""
@@ -116,21 +128,23 @@ def object_problem(path: Path | str, record: StoredObject) -> str | None:
 
 
 class Store:
-    def __init__(self, root, readonly: bool = False, overlay=None):
+    def __init__(self, root: Path | str, readonly: bool = False, overlay: Path | str | None = None) -> None:
         self.root = Path(root)
         self._root = str(self.root)  # lookups build paths as strings: a Path per lookup costs more than the stat
         self.readonly = readonly
-        self.overlay = Store(overlay) if readonly else None
+        # a read-only store is given the overlay it writes to (project.config)
+        self.overlay = Store(cast("Path | str", overlay)) if readonly else None
         self._bad: set[tuple[str, str]] = set()  # read-only: corrupt entries left on disk, not to be reported again
         self.dropped: set[tuple[str, str]] = set()  # (stage, key) of the entries this process dropped as corrupt
-        self._read_before: dict[str, tuple] = {}  # entry file -> (its stat signature, its intact Entry): see get
+        # entry file -> (its stat signature, its intact Entry): see get
+        self._read_before: dict[str, tuple[tuple[int, int, int], Entry]] = {}
 
     @property
     def _written(self) -> "Store":
         """Where this store writes: its overlay when it is read-only, else itself."""
         return self.overlay if self.overlay is not None else self
 
-    def __getstate__(self):  # what this process read stays here: a child reads for itself
+    def __getstate__(self) -> dict[str, Any]:  # what this process read stays here: a child reads for itself
         return {**self.__dict__, "_read_before": {}}
 
     # -- objects --------------------------------------------------------------
@@ -147,7 +161,7 @@ class Store:
                 return written
         return f"{self._root}/objects/{digest[:2]}/{digest}"
 
-    def put_buffer(self, buf) -> StoredObject:
+    def put_buffer(self, buf: "Buffer") -> StoredObject:
         """Store a buffer-protocol object; return its record."""
         view = memoryview(buf).cast("B")
         digest = digest_bytes(view)
@@ -160,12 +174,12 @@ class Store:
             self._write_object(digest, lambda f: shutil.copyfileobj(s, f))
         return StoredObject(digest=digest, nbytes=os.path.getsize(src))
 
-    def object_files(self):
+    def object_files(self) -> Iterator[Path]:
         """The path of every file in this store's objects folder (not its overlay's): objects, and the
         temporary files of writes in progress or interrupted (*.tmp, dot-files)."""
         return (p for p in (self.root / "objects").glob("*/*") if p.is_file())
 
-    def _write_object(self, digest: str, write) -> None:
+    def _write_object(self, digest: str, write: Callable[[BinaryIO], object]) -> None:
         """Write the object unless this store has it, stamped RACY_NS in the past (see the module). A
         read-only store writes to its overlay whatever the overlay lacks: the root's copy under the same
         digest may be the damaged one this run recomputes."""
@@ -182,7 +196,7 @@ class Store:
     def _entry_file(self, stage: str, key: str) -> str:
         return f"{self._root}/entries/{stage}/{key[:2]}/{key}.json"
 
-    def entries(self):
+    def entries(self) -> Iterator[tuple[Path, Entry]]:
         """(path, Entry) for every readable entry manifest in this store (not its overlay), by path."""
         for path in sorted((self.root / "entries").glob("*/*/*.json")):
             try:
@@ -190,7 +204,7 @@ class Store:
             except (OSError, ValueError, TypeError, CorruptObject):  # unreadable, or a malformed record in it
                 continue
 
-    def get(self, stage: str, key: str):
+    def get(self, stage: str, key: str) -> Entry | None:
         """The valid entry for (stage, key), or None.
 
         A corrupt entry (an object missing, truncated or altered) is a miss: it
@@ -226,7 +240,7 @@ class Store:
                 return None
         return entry
 
-    def _read(self, stage, key):
+    def _read(self, stage: str, key: str) -> Entry | Literal[_Damaged.DAMAGED] | None:
         """The entry under (stage, key) here: None when there is none, _DAMAGED when it was edited or holds a
         malformed record (dropped)."""
         path = self._entry_file(stage, key)
@@ -264,8 +278,8 @@ class Store:
                 path.unlink(missing_ok=True)
         owner.entry_path(entry.stage, entry.key).unlink(missing_ok=True)
 
-    def commit(self, stage: str, key: str, case: str, objects: dict[str, StoredObject], meta: dict, stats: dict,
-               recipe: dict | None = None) -> Entry:
+    def commit(self, stage: str, key: str, case: str, objects: dict[str, StoredObject], meta: dict[str, Any],
+               stats: dict[str, Any], recipe: dict[str, Any] | None = None) -> Entry:
         """Record a stage output whose objects are already stored."""
         seen = {r.digest: os.stat(self.object_path(r.digest)).st_mtime_ns for r in objects.values()}
         committed = time.time_ns()  # after the stats: a write after them has a later time than these
@@ -277,7 +291,7 @@ class Store:
         atomic_write(self._written.entry_path(stage, key), lambda f: f.write(text))
         return entry
 
-    def recipe(self, entry: Entry):
+    def recipe(self, entry: Entry) -> dict[str, Any] | None:
         """What went into the entry's key (graph.recipe, with the fingerprints' parts), or None when its
         object is gone or damaged."""
         if not entry.recipe:
@@ -287,9 +301,10 @@ class Store:
             data = path.read_bytes()
         except OSError:
             return None
-        return json.loads(data) if digest_bytes(data) == entry.recipe else None
+        # the object holds the recipe commit wrote: a JSON object
+        return cast("dict[str, Any]", json.loads(data)) if digest_bytes(data) == entry.recipe else None
 
-    def computing(self, stage: str, key: str):
+    def computing(self, stage: str, key: str) -> "FileLock":
         """A FileLock to hold while computing (stage, key): look the entry up again once it is held."""
         from filelock import FileLock  # noqa: PLC0415 -- only where stages run, never in the doit parent
 
@@ -302,8 +317,8 @@ class Store:
 
     # -- small files ----------------------------------------------------------
 
-    def read_json(self, relative: str):
-        """A JSON file under the store (the overlay first when read-only), or None."""
+    def read_json(self, relative: str) -> Any:
+        """A JSON file's value under the store (the overlay first when read-only), or None."""
         for store in ([self.overlay] if self.overlay is not None else []) + [self]:
             try:
                 return json.loads((store.root / relative).read_text())
@@ -319,14 +334,14 @@ class Store:
         """Where the HTML report keeps the figures it drew from entries, under the page's content `key`."""
         return self.root / "plots" / f"{key}.json"
 
-    def plot_files(self) -> list:
+    def plot_files(self) -> list[Path]:
         return list((self.root / "plots").glob("*.json"))
 
-    def write_json(self, relative: str, data) -> None:
+    def write_json(self, relative: str, data: object) -> None:
         text = json.dumps(data, sort_keys=True, indent=1).encode()
         atomic_write(self._written.root / relative, lambda f: f.write(text))
 
-    def record_use(self, used) -> None:
+    def record_use(self, used: Collection[tuple[str, str]]) -> None:
         """Note that a run used the entries `used` ((stage, key) pairs), for gc's least-recently-used
         order (last_used): one file per distinct set under log/used/, its mtime the set's last use, so
         that a run that uses the same entries again touches one file (lookups write nothing)."""
@@ -344,7 +359,7 @@ class Store:
         except OSError as exc:
             warn(f"could not record this run's use of the cache: {exc}")
 
-    def last_used(self) -> dict:
+    def last_used(self) -> dict[tuple[str, str], float]:
         """(stage, key) -> the last time a run recorded using it (record_use), over every record."""
         last: dict[tuple[str, str], float] = {}
         for path in (self.root / "log" / "used").glob("*.txt"):
@@ -357,7 +372,7 @@ class Store:
                 last[stage, key] = max(when, last.get((stage, key), 0.0))
         return last
 
-    def forget_use(self, kept: set) -> None:
+    def forget_use(self, kept: set[tuple[str, str]]) -> None:
         """Remove each record of use (record_use) that lists none of the entries `kept` ((stage, key))."""
         for path in (self.root / "log" / "used").glob("*.txt"):
             try:
@@ -367,7 +382,7 @@ class Store:
             if not listed & kept:
                 path.unlink(missing_ok=True)
 
-    def runs_logged(self, last: int) -> list:
+    def runs_logged(self, last: int) -> list[dict[str, Any]]:
         """The hit/miss counts of the last `last` runs (log_run), oldest first."""
         try:
             lines = (self.root / "log" / "runs.jsonl").read_text().splitlines()[-last:]
@@ -375,7 +390,7 @@ class Store:
             return []
         return [json.loads(line) for line in lines]
 
-    def log_run(self, counts: dict) -> None:
+    def log_run(self, counts: dict[str, Any]) -> None:
         """Append one run's hit/miss counts to log/runs.jsonl (not in read-only mode)."""
         if self.readonly:
             return

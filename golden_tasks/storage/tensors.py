@@ -4,6 +4,9 @@ Stored without an intermediate copy (a contiguous tensor's memory is hashed
 and written directly) and loaded by memory mapping (copy-on-write, so a stage
 may write to what it loaded without touching the store).
 """
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
 import torch
 
 from ..model.hashing import digest_bytes
@@ -11,10 +14,20 @@ from ..model.records import StoredTensor
 from ..model.specs import dtype_name, dtype_of
 from .store import Store
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
-def _bytes(tensor: torch.Tensor):
+
+class _Placed(Protocol):
+    """What on_device reads of an artifact (forms.Artifact): the device its tensor arguments must live on."""
+    @property
+    def device(self) -> str: ...
+
+
+def _bytes(tensor: torch.Tensor) -> "Buffer":
     """The tensor's memory as a flat uint8 array, without copying a contiguous tensor."""
-    return tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b""
+    # an ndarray exports the buffer protocol (numpy's stubs say so only from Python 3.12)
+    return cast("Buffer", tensor.reshape(-1).view(torch.uint8).numpy()) if tensor.numel() else b""
 
 
 def put_tensor(store: Store, tensor: torch.Tensor) -> StoredTensor:
@@ -24,7 +37,7 @@ def put_tensor(store: Store, tensor: torch.Tensor) -> StoredTensor:
                         shape=list(data.shape))
 
 
-def map_raw(path, record: StoredTensor, verify: bool = False) -> torch.Tensor:
+def map_raw(path: Path | str, record: StoredTensor, verify: bool = False) -> torch.Tensor:
     """A raw tensor file, memory-mapped copy-on-write.
 
     Raises ValueError when the file cannot be mapped or, with `verify`, when its
@@ -47,17 +60,17 @@ def load_tensor(store: Store, record: StoredTensor) -> torch.Tensor:
     return map_raw(store.object_path(record.digest), record, verify=True)
 
 
-def same_bits(a, b) -> bool:
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bitwise equality of two tensors of one dtype and shape (a NaN equals itself)."""
     return a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
 
 
-def on_device(artifact, args: list) -> list:
+def on_device(artifact: _Placed, args: list[Any]) -> list[Any]:
     """The arguments with every tensor on the artifact's device (the same tensor when already there)."""
     return [a.to(artifact.device) if hasattr(a, "to") else a for a in args]
 
 
-def back_to_host(args: list, moved: list) -> None:
+def back_to_host(args: list[Any], moved: list[Any]) -> None:
     """Copy what the kernel left in its device arguments back into `args` (In tensors too, so that
     a write to one is seen)."""
     for arg, result in zip(args, moved):
