@@ -38,9 +38,9 @@ from ..model.plan import Plan
 from ..model.records import StoredObject
 from ..project import config
 from ..project.toolchain import hardware, node_class
-from ..storage.entry import CorruptObject
+from ..storage.entry import CorruptObject, Entry
 from ..storage.store import Store, object_problem
-from .execution import CaseSource, DamagedUpstream, produce_here
+from .execution import CaseSource, DamagedUpstream, Producer, produce_here
 from .stage_table import BY_NAME, Stage, StageName
 from .stored import Produced
 
@@ -59,7 +59,7 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 DEFAULT_TOKEN = "~/.ray/auth_token"
 
 
-def producer(root: Path):
+def producer(root: Path) -> Producer:
     """execution.execute's producer for this run's executor (config.executor): execution.produce_here, or the
     process's RayCluster for the project at `root`."""
     return produce_here if config.current().executor == "local" else cluster(Path(root).resolve()).produce
@@ -80,12 +80,12 @@ class RayCluster:
         self._lock = threading.RLock()  # re-entered by cancel, from a SIGINT handler, in a thread that holds it
         self._ray: Any = None  # the ray module, once connected
         self._remote: Any = None  # run_on_node as a Ray remote function
-        self._sources: dict | None = None
+        self._sources: dict[str, str] | None = None  # sources(): the kernel files' digests
         self.unreachable: str | None = None  # why connecting failed: every stage after the first fails with it at once
         self._refs: dict[str, Any] = {}  # object digest -> its ObjectRef: each object crosses once per run
-        self._in_flight: set = set()
+        self._in_flight: set[Any] = set()  # the ObjectRefs of the tasks submitted and not yet done
 
-    def produce(self, stage: Stage, plan: Plan, store: Store, upstream: dict,
+    def produce(self, stage: Stage, plan: Plan, store: Store, upstream: dict[str, Entry],
                 case: CaseSource) -> Produced | DamagedUpstream:
         """execution.produce_here's contract, on the cluster."""
         ray = self._connect()
@@ -132,7 +132,7 @@ class RayCluster:
         for ref in refs:
             self._ray.cancel(ref, force=True)
 
-    def _connect(self):
+    def _connect(self) -> Any:  # the ray module
         with self._lock:
             if self.unreachable:
                 raise StageFailed(self.unreachable)
@@ -174,7 +174,7 @@ class RayCluster:
         task's threads are the CPUs Ray gives it)."""
         return dataclasses.replace(config.current(), journal=None, workers=1, threads=None)
 
-    def _put(self, store: Store, entry, name: str, record: StoredObject):
+    def _put(self, store: Store, entry: Entry, name: str, record: StoredObject) -> Any:  # an ObjectRef
         """The ObjectRef of an upstream object, read from the store and checked (CorruptObject if damaged)."""
         digest = record.digest
         if digest not in self._refs:
@@ -187,7 +187,7 @@ class RayCluster:
             self._refs[digest] = self._ray.put(data)
         return self._refs[digest]
 
-    def _options(self, stage: Stage, plan: Plan, upstream: dict) -> tuple:
+    def _options(self, stage: Stage, plan: Plan, upstream: dict[str, Entry]) -> tuple[dict[str, Any], Any]:
         """(the task's Ray options, its placement group or None), once the cluster is known to have what they
         ask for (else a StageFailed naming what is missing)."""
         ray = self._ray
@@ -215,7 +215,7 @@ class RayCluster:
         strategy = ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(group, 0)
         return {**options, "num_gpus": gpus * world, "scheduling_strategy": strategy}, group
 
-    def _check_placeable(self, plan: Plan, demand: dict) -> None:
+    def _check_placeable(self, plan: Plan, demand: dict[str, float]) -> None:
         totals = self._ray.cluster_resources()
         for name, amount in demand.items():
             if amount and totals.get(name, 0) < amount:
@@ -253,7 +253,7 @@ def _unreachable(address: str) -> str | None:
     return None
 
 
-def start_node(ray_args: list) -> list:
+def start_node(ray_args: list[str]) -> list[str]:
     """The command that starts this machine as a node of its class (`golden-tasks node ARGS`): `ray start ARGS`,
     the class's resource added to the node's custom resources (merged into a --resources JSON given); a
     ValueError says what is wrong (a --resources that is no JSON object, no ray installed)."""
@@ -275,7 +275,7 @@ def start_node(ray_args: list) -> list:
     return [sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--resources", json.dumps(resources)]
 
 
-def sources(project: config.Project) -> dict:
+def sources(project: config.Project) -> dict[str, str]:
     """What the nodes must find in the job's working_dir: every file of the kernel folders, by its path in the
     checkout, and its digest (a kernel folder outside the checkout cannot reach them: a StageFailed)."""
     found = {}
@@ -289,10 +289,10 @@ def sources(project: config.Project) -> dict:
 
 
 # in a worker: (the driver's checkout, its sources' digest) -> the checkout found for them
-_arrived: dict[tuple, Path] = {}
+_arrived: dict[tuple[str, str], Path] = {}
 
 
-def _checkout(driver_root: str, expected: dict) -> Path:
+def _checkout(driver_root: str, expected: dict[str, str]) -> Path:
     """The checkout a task runs from (and in): the driver's own path where this node sees the same sources there (a
     shared filesystem, or a cluster on one machine: artifacts that record their source's path are then the
     driver's), else the job's working_dir (the current directory), checked the same way; a StageFailed
@@ -318,11 +318,12 @@ def _checkout(driver_root: str, expected: dict) -> Path:
 class Sent:
     """Produced, sent back from a node: each object as (its record, its bytes), for the driver's store."""
     objects: dict[str, tuple[StoredObject, bytes]]
-    meta: dict
-    stats: dict
+    meta: dict[str, Any]
+    stats: dict[str, Any]
 
 
-def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkout: tuple,
+def run_on_node(stage_name: str, plan: Plan, upstream: dict[str, Entry], refs: list[dict[str, Any]],
+                checkout: tuple[str, dict[str, str]],
                 case: CaseSource, context: config.RunContext) -> Sent | DamagedUpstream | VerificationFailure:
     """A Ray task, in a worker of the node Ray placed it on (its working directory: the job's copy of the
     checkout; `checkout`: the driver's path of it and its sources, see _checkout): execution.produce_here on
@@ -333,7 +334,8 @@ def run_on_node(stage_name: str, plan: Plan, upstream: dict, refs: list, checkou
     try:
         root = _checkout(*checkout)
         os.chdir(root)  # as a local run's stages, which run in the project's root
-        assigned = ray.get_runtime_context().get_assigned_resources().get("CPU") or 1
+        runtime: Any = ray.get_runtime_context()  # its get_assigned_resources is not annotated
+        assigned = runtime.get_assigned_resources().get("CPU") or 1
         config.enter(dataclasses.replace(context, threads=max(1, int(assigned))))
         project = config.Project.at(root, cache=config.node_store())
         project.layout.importable()

@@ -14,7 +14,9 @@ replay_stages runs the same stage modules on a runtime dir's saved outputs, stor
 import dataclasses
 import importlib
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..model.errors import StageFailed
 from ..model.outputs import Outputs, Upstream
@@ -23,7 +25,7 @@ from ..project import config, reaper
 from ..storage.entry import CorruptObject, Entry
 from ..storage.store import Store
 from . import graph
-from .stage_table import BY_NAME, STAGES, InReplay, Stage
+from .stage_table import BY_NAME, STAGES, InReplay, Stage, StageName
 from .stored import Produced, load_outputs, store_outputs
 
 
@@ -35,7 +37,7 @@ class CaseSource:
         """What crosses into another process (an isolated child, a cluster's node)."""
         raise NotImplementedError
 
-    def load(self, plan: Plan):
+    def load(self, plan: Plan) -> object:
         """The case, in the process that runs the stage."""
         raise NotImplementedError
 
@@ -47,7 +49,7 @@ class Imported(CaseSource):
     def crossing(self, plan: Plan) -> CaseSource:
         return self
 
-    def load(self, plan: Plan):
+    def load(self, plan: Plan) -> object:
         from ..planning.case import live_case  # noqa: PLC0415 -- imports torch and the kernel module
 
         return live_case(plan)
@@ -61,7 +63,7 @@ class Pickled(CaseSource):
     def crossing(self, plan: Plan) -> CaseSource:
         return self
 
-    def load(self, plan: Plan):
+    def load(self, plan: Plan) -> object:
         import cloudpickle  # noqa: PLC0415
 
         return cloudpickle.loads(self.data)
@@ -82,7 +84,7 @@ class Live(CaseSource):
             raise SpecError(f"case {plan.case!r}: its kernel, golden and comparators run in an isolated process, "
                             f"so they must pickle, and they do not: {type(exc).__name__}: {exc}") from None
 
-    def load(self, plan: Plan):
+    def load(self, plan: Plan) -> object:
         return self.case
 
 
@@ -93,7 +95,7 @@ class Absent(CaseSource):
     def crossing(self, plan: Plan) -> CaseSource:
         return self
 
-    def load(self, plan: Plan):
+    def load(self, plan: Plan) -> object:
         raise TypeError(f"{plan.case}: a stage that loads the case ran without one (stage_table: loads_case)")
 
 
@@ -112,7 +114,13 @@ class DamagedUpstream:
         return CorruptObject(self.entry, self.name, self.problem)
 
 
-def execute(stage: Stage, plan: Plan, store: Store, case: CaseSource = IMPORTED, producer=None) -> tuple[Entry, bool]:
+# What runs a stage that must run and stores what it made: produce_here, or an executor's (cluster.RayCluster.produce)
+Producer = Callable[[Stage, Plan, Store, dict[str, Entry], CaseSource], Produced | DamagedUpstream]
+_T = TypeVar("_T")
+
+
+def execute(stage: Stage, plan: Plan, store: Store, case: CaseSource = IMPORTED,
+            producer: Producer | None = None) -> tuple[Entry, bool]:
     """Run the stage unless its key is cached; return (entry, ran).
 
     Upstream stages that are not cached (never run, or dropped as corrupt) are
@@ -148,7 +156,7 @@ def execute(stage: Stage, plan: Plan, store: Store, case: CaseSource = IMPORTED,
     raise AssertionError("unreachable: the second attempt returns or raises")
 
 
-def produce_here(stage: Stage, plan: Plan, store: Store, upstream: dict,
+def produce_here(stage: Stage, plan: Plan, store: Store, upstream: dict[str, Entry],
                  case: CaseSource) -> Produced | DamagedUpstream:
     """Run the stage here on its upstream entries' outputs and store the objects it made. A stage that runs
     user code runs in an isolated child (golden_tasks.forms.isolate): a crash, an exit or a hang there fails
@@ -158,13 +166,13 @@ def produce_here(stage: Stage, plan: Plan, store: Store, upstream: dict,
     return _where_it_runs(stage, plan, run_stage, (stage.name, plan, store, upstream, case))
 
 
-def _commit(stage: Stage, plan: Plan, store: Store, key: str, upstream: dict, made: Produced) -> Entry:
+def _commit(stage: Stage, plan: Plan, store: Store, key: str, upstream: dict[str, Entry], made: Produced) -> Entry:
     """Commit what a producer made as the stage's entry under `key`."""
     return store.commit(stage.name, key, plan.case, made.objects, made.meta, made.stats,
                         {**graph.recipe(stage, plan, upstream), "parts": graph.parts_detail(stage, plan)})
 
 
-def _where_it_runs(stage: Stage, plan: Plan, target, args: tuple):
+def _where_it_runs(stage: Stage, plan: Plan, target: Callable[..., _T], args: tuple[Any, ...]) -> _T:
     """target(*args), in an isolated child for a stage that runs there (the case, last in `args`, crossing),
     else here."""
     if not stage.isolated:
@@ -172,8 +180,9 @@ def _where_it_runs(stage: Stage, plan: Plan, target, args: tuple):
     from ..forms import isolate  # noqa: PLC0415 -- imports torch: only where stages run
 
     *rest, case = args
-    return isolate.call(target, (*rest, case.crossing(plan)), stage.seconds(plan),
-                        f"the {stage.name} stage of {plan.case}")
+    done: _T = isolate.call(target, (*rest, case.crossing(plan)), stage.seconds(plan),  # what target returned
+                            f"the {stage.name} stage of {plan.case}")
+    return done
 
 
 def _copied(outputs: Outputs) -> Outputs:
@@ -181,7 +190,7 @@ def _copied(outputs: Outputs) -> Outputs:
     return dataclasses.replace(outputs, tensors={k: t.clone() for k, t in outputs.tensors.items()})
 
 
-def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict,
+def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict[str, Entry],
               case: CaseSource) -> Produced | DamagedUpstream:
     """As run_stage, for a stage that runs the kernel's own code: its upstream outputs are loaded here, the
     stage runs in a child confined to reading them and the user's sources and writing its work directory
@@ -204,7 +213,8 @@ def _confined(stage: Stage, plan: Plan, store: Store, upstream: dict,
         reaper.remove_temp(work)
 
 
-def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case: CaseSource) -> Produced | DamagedUpstream:
+def run_stage(name: str, plan: Plan, store: Store, upstream: dict[str, Entry],
+              case: CaseSource) -> Produced | DamagedUpstream:
     """Load the upstream outputs, run stage `name`'s module, store its objects; DamagedUpstream when an
     upstream object is damaged."""
     try:
@@ -220,7 +230,7 @@ def run_stage(name: str, plan: Plan, store: Store, upstream: dict, case: CaseSou
         reaper.remove_temp(work)
 
 
-def call_stage(name: str, plan: Plan, inputs: dict, workdir: Path, case: CaseSource) -> Outputs:
+def call_stage(name: str, plan: Plan, inputs: dict[str, Outputs], workdir: Path, case: CaseSource) -> Outputs:
     """Stage `name`'s module on its upstream Outputs (by stage name), seeing only its view of the plan. Only a
     stage that loads the case (Stage.loads_case, all isolated) is handed it: one that runs here (abi, dispatch,
     bench) calls only the artifact, and user code is never loaded beside it."""
@@ -228,10 +238,12 @@ def call_stage(name: str, plan: Plan, inputs: dict, workdir: Path, case: CaseSou
     if stage.torch:
         config.apply_threads()
     loaded = case.load(plan) if stage.loads_case else None
-    return importlib.import_module(stage.module).run(loaded, graph.view(stage, plan), workdir, Upstream(**inputs))
+    out: Outputs = importlib.import_module(stage.module).run(loaded, graph.view(stage, plan), workdir,  # a stage's
+                                                             Upstream(**inputs))  # run returns its Outputs
+    return out
 
 
-def replay_stages(plan: Plan, saved: dict, workdir: Path) -> dict:
+def replay_stages(plan: Plan, saved: dict[StageName, Outputs], workdir: Path) -> dict[StageName, Outputs]:
     """Every stage a replay runs (InReplay.RUN), in graph order on the outputs of those before it, starting from
     `saved` (stage name -> Outputs: the InReplay.SAVED ones), isolated as in a verify, storing nothing: how a
     runtime dir is replayed. None of them loads the case (its source may be gone): what they read of it (the

@@ -18,6 +18,7 @@ stage whose upstream re-ran but produced the same digests is not re-run
 """
 import dataclasses
 import enum
+from typing import Any
 
 from ..model.hashing import digest_json
 from ..model.plan import Plan, StagePlan
@@ -27,7 +28,7 @@ from ..storage.store import Store
 from .stage_table import BY_NAME, STAGES, Stage
 
 
-def recipe(stage: Stage, plan: Plan, upstream: dict) -> dict:
+def recipe(stage: Stage, plan: Plan, upstream: dict[str, Entry]) -> dict[str, Any]:
     """Everything that enters the stage's key (the key is its digest)."""
     return {
         "stage": stage.name,
@@ -39,7 +40,7 @@ def recipe(stage: Stage, plan: Plan, upstream: dict) -> dict:
     }
 
 
-def keyed(stage: Stage, plan: Plan) -> dict:
+def keyed(stage: Stage, plan: Plan) -> dict[str, Any]:
     """The plan fields that enter the stage's key, by name, as JSON."""
     return {f: plan.field_json(f) for f in stage.plan_fields}
 
@@ -49,18 +50,19 @@ def view(stage: Stage, plan: Plan) -> StagePlan:
     return StagePlan(plan, stage.name, stage.plan_fields)
 
 
-def parts_detail(stage: Stage, plan: Plan) -> dict:
+def parts_detail(stage: Stage, plan: Plan) -> dict[str, Any]:
     """The parts of the fingerprints in the stage's key, recorded beside it for `golden-tasks explain`."""
     return {f: plan.parts[f] for f in stage.plan_fields if f in plan.parts}
 
 
-def _key(stage: Stage, plan: Plan, upstream: dict) -> str:
+def _key(stage: Stage, plan: Plan, upstream: dict[str, Entry]) -> str:
     """The digest of the stage's recipe, made once per plan object for the same upstream digests and
     toolchain (a status check, a report row and a runtime dir each ask again in one run)."""
     made = (stage.name, id(toolchain()), stage.timing and visible_gpus(), tuple(e.digest for e in upstream.values()))
     if made not in plan.keys_made:
         plan.keys_made[made] = digest_json(recipe(stage, plan, upstream))
-    return plan.keys_made[made]
+    key: str = plan.keys_made[made]
+    return key
 
 
 def remeasured(stage: Stage, plan: Plan) -> bool:
@@ -94,13 +96,14 @@ class Lookups:
     across moments: another process may have replaced an entry since, so each run of a stage makes its own.
     `known`: entries found under their current keys before (a doit process's earlier hits)."""
 
-    def __init__(self, plan: Plan, store: Store, known: dict | None = None):
+    def __init__(self, plan: Plan, store: Store, known: dict[str, Entry] | None = None) -> None:
         self.plan, self.store = plan, store
-        self._entries = dict(known or {})  # stage name -> Entry, or None for one not in the store
+        # stage name -> Entry, or None for one not in the store
+        self._entries: dict[str, Entry | None] = dict(known or {})
 
-    def resolve(self, stage: Stage) -> tuple[str | None, dict]:
+    def resolve(self, stage: Stage) -> tuple[str | None, dict[str, Entry]]:
         """(key, upstream entries by stage name) for a stage, or (None, {}) while an upstream is not cached."""
-        upstream = {}
+        upstream: dict[str, Entry] = {}
         for name in stage.reads:
             if (entry := self.cached(BY_NAME[name])) is None:
                 return None, {}
@@ -142,6 +145,6 @@ class Lookups:
         """Every stage's current key, None where an upstream is not cached (an entry found has its key)."""
         return {s.name: entry.key if (entry := self._entries.get(s.name)) else self.resolve(s)[0] for s in STAGES}
 
-    def hits(self) -> dict:
+    def hits(self) -> dict[str, Entry]:
         """The entries found so far, by stage name: what a later Lookups of this moment may start from."""
         return {name: entry for name, entry in self._entries.items() if entry is not None}

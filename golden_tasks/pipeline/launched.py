@@ -22,24 +22,35 @@ import os
 import pickle
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch.distributed as dist
 
 from ..forms import ranks
 from ..forms.isolate import Ended, Outcome
 from ..model.errors import StageFailed, VerificationFailure
+from ..model.outputs import AbiMeta, InputsMeta, Outputs
+from ..model.plan import Plan
 from ..model.verdicts import Verdict
-from ..planning.case import live_case
+from ..planning.case import Case, live_case
 from ..planning.library import Library
 from ..stages import load_checked
 from ..stages.dispatch import call_kernel
 from ..stages.validate import blank, judge
 from ..storage.entry import Entry
+from ..storage.store import Store
 from .execution import Live
-from .stage_table import BY_NAME, StageName
+from .stage_table import BY_NAME, Stage, StageName
 from .stored import load_outputs
 from .walker import Events, walk
+
+# torch.distributed imports its stores from torch._C without re-exporting them explicitly: mypy flags dist.TCPStore
+# and dist.PrefixStore where implicit re-exports are off (mypy --strict), the type: ignores below
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import PrefixStore, TCPStore
+    from torch._C._distributed_c10d import Store as DistStore
 
 LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 GRACE_SECONDS = 5.0  # for the ranks to read the verdict, and a hung rank's to end after it
@@ -103,15 +114,15 @@ def verify(root: Path, case_name: str) -> tuple[int, str]:
     return int(verdict.verdict.failed), f"{case_name}: {verdict}"
 
 
-def _meeting(case_name: str, timeout: float, host: bool = False):
+def _meeting(case_name: str, timeout: float, host: bool = False) -> tuple["TCPStore", "PrefixStore"]:
     """(the launcher's store at MASTER_ADDR:MASTER_PORT, the same under a prefix for this case); with
     `host`, this process hosts it (rank 0, when no torchrun agent does)."""
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=host,
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=host,  # type: ignore[attr-defined, unused-ignore]
                           timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
-    return store, dist.PrefixStore(f"golden-tasks/{case_name}/", store)
+    return store, dist.PrefixStore(f"golden-tasks/{case_name}/", store)  # type: ignore[attr-defined, unused-ignore]
 
 
-def _wait(meeting, keys: list, seconds: float) -> list:
+def _wait(meeting: "DistStore", keys: list[str], seconds: float) -> list[str]:
     """The keys that are still missing after `seconds` (none once every one is set)."""
     try:
         meeting.wait(keys, datetime.timedelta(seconds=seconds))
@@ -136,16 +147,16 @@ class _Entries(Events):
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
 
-    def cached(self, stage, entry: Entry) -> None:
+    def cached(self, stage: Stage, entry: Entry) -> None:
         self.entries[stage.name] = entry
 
     ran = cached
 
 
-def _rank(plan, store, rank: int, world: int) -> RankVerdict:
+def _rank(plan: Plan, store: Store, rank: int, world: int) -> RankVerdict:
     case = live_case(plan)
 
-    def outputs(*names: StageName) -> list:
+    def outputs(*names: StageName) -> list[Outputs]:
         """The stages' outputs, walked through the graph with this process's cache (StageFailed: the failure)."""
         walked = _Entries()
         if failure := walk(plan, store, [BY_NAME[n] for n in names], walked, Live(case)):
@@ -158,7 +169,8 @@ def _rank(plan, store, rank: int, world: int) -> RankVerdict:
     if reason := artifact.unavailable():
         return RankVerdict(Verdict.SKIPPED, reason)
     what = f"the kernel of {plan.case}"
-    placement = ranks.Placement(abi.meta.table, abi.meta.placement, inputs, world, None if rank == 0 else [rank])
+    abi_meta = cast(AbiMeta, abi.meta)  # the abi stage's meta type (stage_table: Stage.meta)
+    placement = ranks.Placement(abi_meta.table, abi_meta.placement, inputs, world, None if rank == 0 else [rank])
     golden_seconds, compile_seconds = BY_NAME[StageName.GOLDEN].seconds(plan), BY_NAME[StageName.COMPILE].seconds(plan)
     # torchrun's agent hosts the store (it says so with TORCHELASTIC_USE_AGENT_STORE), else rank 0 does
     _, meeting = _meeting(plan.case, compile_seconds + golden_seconds,
@@ -173,7 +185,7 @@ def _rank(plan, store, rank: int, world: int) -> RankVerdict:
     me = ranks.Rank(rank, world)
     result: ranks.RankResult | ranks.RankFailure
     try:
-        me.join(artifact.device, plan.timeout, meeting=dist.PrefixStore("group/", meeting))
+        me.join(artifact.device, plan.timeout, meeting=dist.PrefixStore("group/", meeting))  # type: ignore[attr-defined, unused-ignore]
         result = me.run(call_kernel, artifact, placement.args[rank])
         placement.check_inputs_untouched(inputs, what)
         placement.check_guards(what)
@@ -183,7 +195,8 @@ def _rank(plan, store, rank: int, world: int) -> RankVerdict:
         result = me.failure(exc)
     ran.set()
     # reports go through the store, not the group: a failed group cannot carry them
-    meeting.set(f"report/{rank}", pickle.dumps((result, placement.sent(rank))))
+    # torch's stub declares str values; the store takes bytes too (and gives bytes back: meeting.get)
+    meeting.set(f"report/{rank}", pickle.dumps((result, placement.sent(rank))))  # type: ignore[arg-type]
     if dist.is_initialized():
         dist.destroy_process_group()
     if rank == 0:
@@ -200,7 +213,8 @@ def _rank(plan, store, rank: int, world: int) -> RankVerdict:
     return verdict
 
 
-def _judge(case, placement, reports: list, what: str, golden, inputs, waited: float) -> RankVerdict:
+def _judge(case: Case, placement: ranks.Placement, reports: list[Any], what: str, golden: Callable[[], Outputs],
+           inputs: Outputs, waited: float) -> RankVerdict:
     """Rank 0: the verdict from every rank's (outcome, outputs), or None for a rank that sent no
     report in `waited` seconds."""
     outcomes = [Outcome(Ended.HUNG, waited) if report is None else Outcome(Ended.RETURNED, report[0])
@@ -213,7 +227,8 @@ def _judge(case, placement, reports: list, what: str, golden, inputs, waited: fl
         expected = golden()
         if expected.skipped:
             return RankVerdict(Verdict.SKIPPED, expected.skipped)
-        judge(case.policy(), placement.outputs(what), expected.tensors, case.name, inputs.meta.nonfinite,
+        judge(case.policy(), placement.outputs(what), expected.tensors, case.name,
+              cast(InputsMeta, inputs.meta).nonfinite,  # the inputs stage's meta type (stage_table: Stage.meta)
               case.placement(), blank(expected, inputs))
     except VerificationFailure as exc:
         return RankVerdict(Verdict.FAIL, str(exc))

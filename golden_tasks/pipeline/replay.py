@@ -12,6 +12,7 @@ import pickletools
 import re
 import tempfile
 from pathlib import Path
+from typing import cast
 
 from ..model.errors import VerificationFailure
 from ..model.hashing import digest_file
@@ -38,7 +39,7 @@ class ReplayError(VerificationFailure):
 class ReplayResult:
     passed: bool
     error: str | None
-    stale: list  # what changed since the data was saved, each with its meaning
+    stale: list[str]  # what changed since the data was saved, each with its meaning
     report: ValidateMeta | None  # validation report of the replay (None when it failed)
     bench: Timing | None  # the kernel's timing, with every round (None when it failed)
 
@@ -50,14 +51,14 @@ def _read_manifest(path: Path) -> Manifest:
         raise ReplayError(str(exc)) from None
 
 
-def toolchain_mismatches(manifest: Manifest) -> list:
+def toolchain_mismatches(manifest: Manifest) -> list[str]:
     here = toolchain()
     return [f"{k}: built with {manifest.toolchain.get(k)!r}, this machine has {here[k]!r}"
             for k in sorted(here) if manifest.toolchain.get(k) != here[k]]
 
 
 def _check_files(path: Path, manifest: Manifest) -> None:
-    problems = []
+    problems: list[str] = []
     for rel, record in sorted(manifest.recorded().items()):
         file = path / rel
         if not file.exists():
@@ -101,7 +102,7 @@ def _check_modules(path: Path, manifest: Manifest) -> None:
                               + (f" (doit verify:{manifest.case})" if manifest.module else ""))
 
 
-def _modules_pickled(file: Path) -> set:
+def _modules_pickled(file: Path) -> set[str]:
     """The golden_tasks modules a pickle names (its strings that are such module paths); none for a file that
     is missing or not a pickle (the file check names it)."""
     try:
@@ -111,7 +112,7 @@ def _modules_pickled(file: Path) -> set:
         return set()
 
 
-def staleness(path: Path, manifest: Manifest, project: Path) -> list:
+def staleness(path: Path, manifest: Manifest, project: Path) -> list[str]:
     """What differs between the saved run and the case's current source, with what it means."""
     found = [f"toolchain changed: {m}" for m in toolchain_mismatches(manifest)]
     if manifest.module not in {m.name for m in Project.at(project).layout.modules()}:
@@ -140,7 +141,8 @@ def staleness(path: Path, manifest: Manifest, project: Path) -> list:
     return found
 
 
-def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
+def replay(path: str | Path, project: str | Path | None = None, warmup: int | None = None,
+           rounds: int | None = None) -> ReplayResult:
     """Replay the runtime dir at `path`; `project` (default: the current directory) is
     where its case's current source is looked up for staleness."""
     path = Path(path).resolve()
@@ -164,10 +166,12 @@ def replay(path, project=None, warmup=None, rounds=None) -> ReplayResult:
             raise ReplayError(f"cannot replay {path} here: {reason}")
     except VerificationFailure as exc:
         return ReplayResult(False, str(exc), stale, None, None)
-    return ReplayResult(True, None, stale, outputs[StageName.VALIDATE].meta, outputs[StageName.BENCH].stats.kernel_us)
+    # the validate stage's meta is a ValidateMeta (stage_table: its Stage.meta)
+    verdict = cast(ValidateMeta, outputs[StageName.VALIDATE].meta)
+    return ReplayResult(True, None, stale, verdict, outputs[StageName.BENCH].stats.kernel_us)
 
 
-def main(path, project=None) -> int:
+def main(path: str | Path, project: str | Path | None = None) -> int:
     """Print a replay's outcome; exit status 0 on PASS."""
     result = replay(path, project)
     for line in result.stale:

@@ -2,17 +2,22 @@
 (the pytest plugin's items verify cached cases with `verify` alone); `run` imports what it needs."""
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from ..model.errors import VerificationFailure
 from ..model.plan import BenchSettings, FailedPlan, Plan
 from ..model.records import CaseRow, Timing
 from ..model.verdicts import StageState, Verdict
 from ..project import config
+from ..storage.store import Store
 from . import cluster, graph, runtime, summary
-from .execution import IMPORTED, CaseSource, Live, produce_here
+from .execution import IMPORTED, CaseSource, Live, Producer, produce_here
 from .stage_table import BY_NAME, STAGES, StageName
 from .stored import load_timings
 from .walker import Recorder, walk
+
+if TYPE_CHECKING:
+    from ..forms.base import KernelForm
 
 
 @dataclasses.dataclass
@@ -23,7 +28,7 @@ class RunResult:
     case was not verified here. A skip is not a failure: the result is true (bool) unless the case `failed`."""
     report: CaseRow  # the summary row
     work_dir: Path  # the case's runtime dir (written when it passes; see golden_tasks.pipeline.replay)
-    timings: dict  # stage -> seconds of the run that produced its entry
+    timings: dict[str, float | None]  # stage -> seconds of the run that produced its entry
     bench: Timing | None  # the kernel's timing, with every round (None: not timed)
     golden_bench: Timing | None  # the golden's timing, with every round (None: not timed)
 
@@ -36,7 +41,7 @@ class RunResult:
         return self.report.status
 
     @property
-    def stages(self) -> dict:
+    def stages(self) -> dict[str, StageState]:
         """stage -> StageState."""
         return self.report.stages
 
@@ -59,13 +64,14 @@ class RunResult:
         return "\n".join(row.errors.values()) or (f"SKIPPED: {row.skipped}" if row.skipped else None) \
             or (row.status if row.status != Verdict.PASS else None)
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return not self.failed
 
 
 
 
-def verify(plan, store, work_dir: Path, case: CaseSource = IMPORTED, producer=None) -> tuple[CaseRow, dict]:
+def verify(plan: Plan | FailedPlan, store: Store, work_dir: Path, case: CaseSource = IMPORTED,
+           producer: Producer | None = None) -> tuple[CaseRow, dict[str, float | None]]:
     """Every stage of `plan` in graph order, each reused from `store` or computed, up to the first that
     fails; the runtime dir `work_dir` written when the case passes; the hits and misses logged.
     Returns (the summary row: summary.case_row, stage -> seconds of the run that made its entry).
@@ -73,14 +79,17 @@ def verify(plan, store, work_dir: Path, case: CaseSource = IMPORTED, producer=No
     runs the stages that must run (execution.execute; cluster.producer: this run's executor)."""
     walked = Recorder()
     if not plan.error:
+        plan = cast(Plan, plan)  # only a FailedPlan has an error (Plan.error is None)
         lookups = graph.Lookups(plan, store)
         if producer in (None, produce_here) and any(graph.remeasured(s, plan) or lookups.cached(s) is None
                                                     for s in STAGES):
             config.apply_threads()  # imports torch: not for a case whose every stage is cached
         walk(plan, store, STAGES, walked, case, producer)
     row = summary.case_row(plan, walked.states, walked.errors, store, failed=walked.worst)
-    if row.status == Verdict.PASS and (plan.fresh or not runtime.is_current(graph.Lookups(plan, store), work_dir)):
-        runtime.materialize(plan, store, work_dir, row)
+    if row.status == Verdict.PASS:
+        plan = cast(Plan, plan)  # a FailedPlan's row is a FAIL (summary.case_row)
+        if plan.fresh or not runtime.is_current(graph.Lookups(plan, store), work_dir):
+            runtime.materialize(plan, store, work_dir, row)
     tally = summary.Tally()
     for stage, state in walked.states.items():
         if state.reached:
@@ -90,7 +99,9 @@ def verify(plan, store, work_dir: Path, case: CaseSource = IMPORTED, producer=No
     return row, walked.seconds
 
 
-def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, executor=None, **options) -> RunResult:
+def run(fn: "KernelForm | str", specs: object, golden: object = None, *, name: str | None = None,
+        cache_dir: Path | str | None = None, runs_dir: Path | str | None = None, executor: str | None = None,
+        **options: Any) -> RunResult:
     """Verify one kernel through every stage, reusing and filling the cache.
 
     `fn` is a kernel form (a `@golden_tasks.jit` function), or the import path of one in a module
@@ -111,7 +122,8 @@ def run(fn, specs, golden=None, *, name=None, cache_dir=None, runs_dir=None, exe
         return _run(fn, specs, golden, name, cache_dir, runs_dir, options)
 
 
-def _run(fn, specs, golden, name, cache_dir, runs_dir, options) -> RunResult:
+def _run(fn: "KernelForm | str", specs: object, golden: object, name: str | None,
+         cache_dir: Path | str | None, runs_dir: Path | str | None, options: dict[str, Any]) -> RunResult:
     """run's work, with its options as a dict."""
     from ..forms.base import KernelForm  # noqa: PLC0415 -- as above
     from ..planning.case import Case, plan_of  # noqa: PLC0415 -- imports torch: not for verify's callers

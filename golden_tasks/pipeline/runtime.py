@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..model.hashing import canonical_json, digest_bytes
 from ..model.outputs import POLICY_FILE, AbiMeta, CompileMeta, InputsMeta, Meta, Outputs
@@ -30,10 +30,13 @@ from ..model.plan import REPLAY_MEANING, Plan
 from ..model.records import MANIFEST, MANIFEST_FORMAT, BadRecord, CaseRow, Manifest, SavedArtifact, StoredTensor
 from ..model.rows import fields_from_json
 from ..project.toolchain import pipeline_version, toolchain
-from ..storage.store import umask
+from ..storage.store import Store, umask
 from . import graph
 from .stage_table import BY_NAME, STAGES, InReplay, StageName
 from .stored import load_timings
+
+if TYPE_CHECKING:
+    import torch
 
 # What a replay compares with the current source (golden_tasks.model.plan: each field's `replay`), and
 # the parts that name what changed.
@@ -70,7 +73,7 @@ def _place(src: Path, dst: Path) -> None:
     os.chmod(dst, 0o444 & ~umask())
 
 
-def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = None) -> Path:
+def materialize(plan: Plan, store: Store, case_dir: Path, summary: CaseRow | None = None) -> Path:
     """Write the case's runtime dir from its cached entries (which must all exist)."""
     import torch  # noqa: PLC0415 -- scalars are written through torch's dtypes
 
@@ -126,19 +129,19 @@ def materialize(plan: Plan, store, case_dir: Path, summary: CaseRow | None = Non
     return case_dir
 
 
-def saved_plan(manifest: Manifest, bench: dict | None = None) -> Plan:
+def saved_plan(manifest: Manifest, bench: dict[str, Any] | None = None) -> Plan:
     """The plan of a runtime dir's run, as far as it was recorded (`bench`: warmup/rounds over the run's)."""
     return Plan(case=manifest.case, module=manifest.module, profile=manifest.profile,
                 timeout=Plan.timeout if manifest.timeout is None else manifest.timeout,
                 bench={**manifest.bench, **(bench or {})}, **fields_from_json(Plan, manifest.fingerprints))
 
 
-def saved_outputs(case_dir: Path, manifest: Manifest) -> dict:
+def saved_outputs(case_dir: Path, manifest: Manifest) -> dict[StageName, Outputs]:
     """stage -> Outputs for the stages whose results a runtime dir keeps: abi, compile, both input sets
     and the golden's outputs on them, the policy (tensors map the saved files; nothing is copied)."""
     from ..storage.tensors import map_raw  # noqa: PLC0415 -- imports torch: only where a replay runs
 
-    def folder(stage: StageName) -> dict:
+    def folder(stage: StageName) -> dict[str, "torch.Tensor"]:
         prefix = f"{BY_NAME[stage].folder}/"
         return {rel[len(prefix):-len(".bin")]: map_raw(case_dir / rel, record)
                 for rel, record in manifest.tensors.items() if rel.startswith(prefix)}

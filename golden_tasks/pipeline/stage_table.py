@@ -44,9 +44,10 @@ class Stage:
     name: StageName
     doc: str
     module: str  # the module whose run(case, plan, workdir, upstream) computes it
-    reads: tuple = ()  # upstream stages: their digests enter the key, their outputs are its Upstream
-    after: tuple = ()  # ordering only
-    fields: tuple = ()  # the plan fields in its key, besides KEYED_EVERYWHERE and (user_code) KEYED_WITH_USER_CODE
+    reads: tuple[StageName, ...] = ()  # upstream stages: their digests enter the key, their outputs are its Upstream
+    after: tuple[StageName, ...] = ()  # ordering only
+    # the plan fields in its key, besides KEYED_EVERYWHERE and (user_code) KEYED_WITH_USER_CODE
+    fields: tuple[str, ...] = ()
     user_code: bool = True  # reads or runs the case's code: the files and variables it declares enter the key
     isolated: bool = True  # runs in an isolated child (forms.isolate): a crash, an exit or a hang fails it alone
     confined: bool = False  # runs the kernel's own code: in a confined child that writes nothing but its outputs
@@ -61,7 +62,7 @@ class Stage:
     replay: InReplay = InReplay.RUN
 
     @property
-    def plan_fields(self) -> tuple:
+    def plan_fields(self) -> tuple[str, ...]:
         """The plan fields that enter this stage's key, in the plan's order."""
         keyed = {*self.fields, *KEYED_EVERYWHERE, *(KEYED_WITH_USER_CODE if self.user_code else ())}
         return tuple(f for f in FIELDS if f in keyed)

@@ -7,6 +7,8 @@ import dataclasses
 import importlib
 import json
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from ..model.outputs import SAMPLES_FILE, Outputs, Stats
 from ..model.records import StoredObject, StoredTensor
@@ -21,11 +23,11 @@ class Produced:
     """What running a stage made, its objects stored: their records by name, its meta and stats (JSON), to be
     committed as the stage's entry."""
     objects: dict[str, StoredObject]
-    meta: dict
-    stats: dict
+    meta: dict[str, Any]
+    stats: dict[str, Any]
 
 
-def _tensors():
+def _tensors() -> ModuleType:
     """The tensor I/O module, imported only when a stage has tensors (it imports torch)."""
     return importlib.import_module("golden_tasks.storage.tensors")
 

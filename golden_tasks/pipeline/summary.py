@@ -2,16 +2,21 @@
 run and its cached entries, and the tally of cache hits over a run. Both runners make them: the doit adapter
 (frontends.doit_session) and golden_tasks.run (runner)."""
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from ..model.outputs import SAMPLES_FILE, BenchMeta, CompileMeta, Stats, ValidateMeta, Worst
 from ..model.plan import FailedPlan, Plan
 from ..model.records import CaseRow, Timing
 from ..model.verdicts import StageState, Verdict
+from ..storage.entry import Entry
+from ..storage.store import Store
 from .graph import Lookups
 from .stage_table import STAGES, StageName
 
 
-def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, known: dict | None = None,
+def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: dict[str, str], store: Store,
+             known: dict[str, Entry] | None = None,
              failed: Worst | None = None) -> CaseRow:
     """The summary of one case from its stage states and its cached entries; `known`: entries already
     found under their current keys (graph.Lookups); `failed`: what a validation that failed in this run found at worst
@@ -67,19 +72,19 @@ def case_row(plan: Plan | FailedPlan, states: dict, errors: dict, store, known: 
     return row
 
 
-def _timing(entry, field: str) -> Timing | None:
+def _timing(entry: Entry, field: str) -> Timing | None:
     """The entry's timing summary, with the digest of the object that holds its round times ("samples")."""
-    timing = getattr(Stats.of(entry), field)
+    timing: Timing | None = getattr(Stats.of(entry), field)  # a Stats field: kernel_us or golden_us
     record = entry.objects.get(SAMPLES_FILE)
-    return timing and dataclasses.replace(timing, samples=record and record.digest)
+    return timing and dataclasses.replace(timing, samples=None if record is None else record.digest)
 
 
-def first_line(text) -> str:
+def first_line(text: object) -> str:
     """The first line of `text` that is not blank, stripped."""
     return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
 
 
-def _first_failure(errors: dict) -> str:
+def _first_failure(errors: dict[str, str]) -> str:
     """The message that matters: the first line of the first failure (plan, then graph order), with
     the next one when it only announces them ("validation FAILED for x:")."""
     order = ["plan", *(s.name for s in STAGES)]
@@ -93,13 +98,15 @@ def _first_failure(errors: dict) -> str:
 class Tally:
     """Cache hits and misses per stage over one run, for `golden-tasks stats`."""
 
-    def __init__(self):
-        self.hits, self.misses, self.cases = {}, {}, set()
+    def __init__(self) -> None:
+        self.hits: dict[str, int] = {}
+        self.misses: dict[str, int] = {}
+        self.cases: set[str] = set()
 
     def add(self, stage: str, case: str, hit: bool) -> None:
         bucket = self.hits if hit else self.misses
         bucket[stage] = bucket.get(stage, 0) + 1
         self.cases.add(case)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"hits": self.hits, "misses": self.misses, "cases": len(self.cases)}

@@ -15,6 +15,7 @@ The front ends differ only in the stages they hand it and in what listens:
 """
 import dataclasses
 import traceback
+from collections.abc import Iterable
 
 from ..model.errors import StalePlan, VerificationFailure
 from ..model.outputs import Stats, Worst
@@ -22,8 +23,8 @@ from ..model.plan import Plan
 from ..model.verdicts import StageState
 from ..storage.entry import Entry
 from ..storage.store import Store
-from .execution import IMPORTED, CaseSource, execute
-from .stage_table import Stage, StageName
+from .execution import IMPORTED, CaseSource, Producer, execute
+from .stage_table import Stage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +59,10 @@ class Recorder(Events):
     a failed validation found at worst, and the seconds of the run that made each entry."""
 
     def __init__(self) -> None:
-        self.states: dict[StageName, StageState] = {}
-        self.errors: dict[StageName, str] = {}
-        self.seconds: dict[StageName, float | None] = {}
+        # by stage name (a StageName: the str that CaseRow's stages and errors are keyed by)
+        self.states: dict[str, StageState] = {}
+        self.errors: dict[str, str] = {}
+        self.seconds: dict[str, float | None] = {}
         self.worst: Worst | None = None
 
     def cached(self, stage: Stage, entry: Entry) -> None:
@@ -73,8 +75,8 @@ class Recorder(Events):
         self.states[stage.name], self.errors[stage.name], self.worst = StageState.FAILED, error.message, error.worst
 
 
-def walk(plan: Plan, store: Store, stages, events: Events, case: CaseSource = IMPORTED,
-         producer=None) -> StageError | None:
+def walk(plan: Plan, store: Store, stages: Iterable[Stage], events: Events, case: CaseSource = IMPORTED,
+         producer: Producer | None = None) -> StageError | None:
     """Each of `stages` (in graph order) reused from `store` or computed, up to the first that fails: its
     failure, or None when none failed. A stage's failure is an event, never the caller's exception."""
     for stage in stages:

@@ -285,7 +285,8 @@ class Project:
         return Store(self.cache, readonly=True, overlay=overlay)
 
     @classmethod
-    def at(cls, root: Path = None, cache: Path = None, runs: Path = None) -> "Project":
+    def at(cls, root: Path | str | None = None, cache: Path | str | None = None,
+           runs: Path | str | None = None) -> "Project":
         """The project at `root` (default: the current directory), its layout read from root/pyproject.toml
         (a LayoutError names what is wrong there). Its store is `cache` if given, else $GOLDEN_TASKS_CACHE,
         else the layout's `cache`, else root/cache; its runs likewise `runs`, $GOLDEN_TASKS_RUNS, the
