@@ -18,7 +18,7 @@ whose dtype differs from its golden's fails.
 """
 import dataclasses
 import math
-from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -27,6 +27,7 @@ from .comparison import (
     _TINY,
     FIRST_MISMATCHES,
     Allclose,
+    Comparator,
     Comparison,
     Policy,
     Sides,
@@ -49,7 +50,7 @@ __all__ = ["Sides", "Policy", "Comparison", "FIRST_MISMATCHES", "Allclose", "all
            "ErrorDistribution", "error_distribution", "error_map"]
 
 
-def _leading(name, shape, rows, axis) -> tuple:
+def _leading(name: str, shape: tuple[int, ...], rows: int, axis: int) -> tuple[int, int]:
     """(axis, rows) with the axis made non-negative; raises `_Unjudgeable` when either is out of range."""
     if not -len(shape) <= axis < len(shape):
         raise _Unjudgeable(f"output {name!r}: valid_axis={axis} is not an axis of shape {shape}")
@@ -60,7 +61,7 @@ def _leading(name, shape, rows, axis) -> tuple:
     return axis, rows
 
 
-def _tail_line(actual, axis, rows):
+def _tail_line(actual: torch.Tensor, axis: int, rows: int) -> str | None:
     """None when the actual is exactly 0 at every index >= rows along axis, else the failure line."""
     tail = actual.detach().narrow(axis, rows, actual.shape[axis] - rows)
     where = (tail != 0).nonzero()  # NaN != 0: a NaN in the tail counts
@@ -96,7 +97,8 @@ class RatioAllclose(_Comparator):
     zero_tail: bool = False
     ignore_nan: bool | None = None
 
-    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+    def _judge(self, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy,
+               outputs: Sides) -> Comparison:
         if self.valid_rows is None:
             return self._ratio(name, _pair(self, name, actual, expected, policy))
         _comparable(name, actual, expected)  # first: a shape that differs is named as such, not as a bad axis
@@ -114,7 +116,7 @@ class RatioAllclose(_Comparator):
             result = dataclasses.replace(result, passed=False, message=f"{result.message}\n{tail}")
         return result
 
-    def _ratio(self, name, pair: _Flat) -> Comparison:
+    def _ratio(self, name: str, pair: _Flat) -> Comparison:
         """The verdict on the pair that is compared (all of it, or the leading rows)."""
         bad = (pair.considered & ~(pair.gap <= pair.bound)).nonzero().reshape(-1)  # a NaN difference is bad too
         total = pair.total
@@ -149,7 +151,8 @@ class RatioReldiff(_Comparator):
     max_diff_hd: float = 0.1
     floor: float = 1e-3
 
-    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+    def _judge(self, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy,
+               outputs: Sides) -> Comparison:
         pair = _pair(self, name, actual, expected, policy)  # no ignore_nan field: the policy's
         considered = pair.considered
         rd = pair.gap.double() / pair.e.double().abs().clamp_min(self.floor)  # the exact gap, then the ratio
@@ -174,7 +177,7 @@ class RatioReldiff(_Comparator):
 ratio_reldiff = RatioReldiff
 
 
-def _duplicate_lines(idx) -> list:
+def _duplicate_lines(idx: torch.Tensor) -> list[str]:
     """A hard-failure line when some row (last axis) of `idx` holds a non-negative index twice."""
     ordered = idx.sort(dim=-1).values
     twice = (ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)
@@ -208,7 +211,8 @@ class TopkPairCompare(_Comparator):
     rtol: float = 0.0
     atol: float = 0.0
 
-    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+    def _judge(self, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy,
+               outputs: Sides) -> Comparison:
         if self.vals_name not in outputs.actual or self.vals_name not in outputs.expected:
             raise _Unjudgeable(f"output {name!r}: value output {self.vals_name!r} is missing "
                                f"(actual outputs: {', '.join(outputs.actual)}; "
@@ -223,7 +227,7 @@ class TopkPairCompare(_Comparator):
         _comparable(self.vals_name, a_val, e_val)
         a_idx, e_idx, a_val, e_val = (_widen(t) for t in (actual, expected, a_val, e_val))
 
-        def tied(x, y):
+        def tied(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return _gap(x, y) <= _bound(y, self.rtol, self.atol)
 
         differ = a_idx != e_idx
@@ -261,7 +265,7 @@ def _quotient(num: float, den: float) -> float:
     return num / den if den else (math.inf if num else 0.0)
 
 
-def _percentile(ordered, p: float) -> float:
+def _percentile(ordered: torch.Tensor, p: float) -> float:
     """The p-th percentile of an ascending 1-D tensor, interpolating linearly (numpy's default)."""
     if not ordered.numel():
         return 0.0
@@ -285,15 +289,16 @@ class ErrorDistribution(_Comparator):
     float64, from the difference taken exactly first (integers: `_gap`).
     stats: rel_l2, cosine, finite, excluded, rel_err_over_<t>, abs_err_p<p>.
     """
-    judge: Callable | None = None
-    thresholds: tuple = (1e-3, 1e-2, 1e-1)
-    percentiles: tuple = (50, 90, 99, 99.9)
+    judge: Comparator | None = None
+    thresholds: tuple[float, ...] = (1e-3, 1e-2, 1e-1)
+    percentiles: tuple[float, ...] = (50, 90, 99, 99.9)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not all(0 <= p <= 100 for p in self.percentiles):
             raise ValueError(f"percentiles must lie in 0..100, got {self.percentiles}")
 
-    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+    def _judge(self, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy,
+               outputs: Sides) -> Comparison:
         _comparable(name, actual, expected)
         pair = _Flat.of(self, policy, actual, expected)  # not `_judged`: a golden NaN everywhere is measured too
         stats, line = self._measure(pair)
@@ -304,7 +309,7 @@ class ErrorDistribution(_Comparator):
         return dataclasses.replace(verdict, message=f"{verdict.message}\n  distribution: {line}",
                                    stats={**stats, **verdict.stats})
 
-    def _measure(self, pair: _Flat) -> tuple:
+    def _measure(self, pair: _Flat) -> tuple[dict[str, Any], str]:
         """(stats, one-line summary) of the error distribution."""
         finite = pair.considered & torch.isfinite(pair.a) & torch.isfinite(pair.e)
         a, e, diff = (t[finite].double() for t in (pair.a, pair.e, pair.gap))
@@ -329,7 +334,8 @@ class ErrorDistribution(_Comparator):
 error_distribution = ErrorDistribution
 
 
-def error_map(policy: Policy, name: str, actual: torch.Tensor, expected: torch.Tensor) -> tuple:
+def error_map(policy: Policy, name: str, actual: torch.Tensor,
+              expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(gap, bound): float64 tensors of the output's shape, |actual - expected| and the tolerance that output's
     comparator in `policy` allows at each point; a point mismatches where not gap <= bound (a NaN gap included).
 

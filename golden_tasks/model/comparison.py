@@ -7,17 +7,21 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 FIRST_MISMATCHES = 5
 
+# a comparator: (the output's name, the kernel's tensor, the golden's, the case's Policy, every output) -> verdict
+Comparator = Callable[[str, torch.Tensor, torch.Tensor, "Policy", "Sides"], "Comparison"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Sides:
     """Every output of a case, by name: the kernel's (`actual`) and the golden's (`expected`)."""
-    actual: dict
-    expected: dict
+    actual: dict[str, torch.Tensor]
+    expected: dict[str, torch.Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,17 +30,18 @@ class Policy:
     rtol: float
     atol: float
     ignore_nan: bool = False
-    compare: dict = dataclasses.field(default_factory=dict)
+    compare: dict[str, "Comparator"] = dataclasses.field(default_factory=dict)
 
-    def check(self, actual: dict, expected: dict) -> list:
+    def check(self, actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> list["Comparison"]:
         """One Comparison per expected output, in order."""
         return [self.check_output(name, actual, expected) for name in expected]
 
-    def check_output(self, name: str, actual: dict, expected: dict) -> "Comparison":
+    def check_output(self, name: str, actual: dict[str, torch.Tensor],
+                     expected: dict[str, torch.Tensor]) -> "Comparison":
         """The Comparison of output `name`, with every output at hand for a paired comparator."""
         return self._one(name, actual[name], expected[name], Sides(actual, expected))
 
-    def _one(self, name, actual, expected, sides) -> "Comparison":
+    def _one(self, name: str, actual: torch.Tensor, expected: torch.Tensor, sides: Sides) -> "Comparison":
         comparator = self.compare.get(name, allclose)
         if isinstance(comparator, type):  # `ratio_allclose` without its settings would construct, not compare
             return Comparison(name, False, f"output {name!r}: compare maps it to the class {comparator.__name__}, "
@@ -55,13 +60,13 @@ class Comparison:
     max_rel: float = 0.0
     mismatches: int = 0
     total: int = 0
-    stats: dict = dataclasses.field(default_factory=dict)
+    stats: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def _coords(flat_index: int, shape) -> tuple:
+def _coords(flat_index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     coords = []
     for dim in reversed(shape):
         coords.append(flat_index % dim)
@@ -69,7 +74,7 @@ def _coords(flat_index: int, shape) -> tuple:
     return tuple(reversed(coords))
 
 
-def _num(x, digits: int = 6) -> str:
+def _num(x: object, digits: int = 6) -> str:
     """A value for a report: an integer exactly (2**53 + 1 stays itself), a float to `digits` significant digits."""
     return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
 
@@ -134,7 +139,7 @@ def _comparable(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None
         raise _Unjudgeable(f"output {name!r}: dtype {expected.dtype} is not supported by the comparators")
 
 
-def _settings(comparator, policy: Policy, exact: bool) -> tuple:
+def _settings(comparator: object, policy: Policy, exact: bool) -> tuple[Any, ...]:
     """(rtol, atol, ignore_nan): the comparator's own, or the policy's where it has None or no such field; the
     policy's rtol and atol are float tolerances, so an `exact` (integer or bool) output takes 0 for them instead."""
     fallback = {"rtol": 0.0 if exact else policy.rtol, "atol": 0.0 if exact else policy.atol,
@@ -146,7 +151,7 @@ def _settings(comparator, policy: Policy, exact: bool) -> tuple:
 class _Flat:
     """An output and its golden `_widen`ed and flattened, with the points that are judged (`considered`) and the
     comparator's `_settings` tolerances."""
-    shape: tuple
+    shape: tuple[int, ...]
     a: torch.Tensor
     e: torch.Tensor
     considered: torch.Tensor
@@ -154,7 +159,7 @@ class _Flat:
     atol: float
 
     @classmethod
-    def of(cls, comparator, policy: Policy, actual: torch.Tensor, expected: torch.Tensor) -> "_Flat":
+    def of(cls, comparator: object, policy: Policy, actual: torch.Tensor, expected: torch.Tensor) -> "_Flat":
         """The pair, judging every point, or with the comparator's ignore_nan those where the golden is not NaN."""
         rtol, atol, ignore_nan = _settings(comparator, policy, _exact(expected))
         a, e = _widen(actual).reshape(-1), _widen(expected).reshape(-1)
@@ -196,20 +201,21 @@ class _Flat:
         return (f"{_coords(i, self.shape)}: actual {_num(a)}, expected {_num(e)}, abs err {_num(abs_err, 3)}, "
                 f"rel err {rel:.3g}")
 
-    def listing(self, bad, score) -> list:
+    def listing(self, bad: torch.Tensor, score: torch.Tensor) -> list[str]:
         """Report lines for the `bad` flat indices: the one with the highest `score`, then the first few."""
         worst = int(bad[score[bad].argmax()])
         return ([f"  worst at {self.describe(worst)}", "  first mismatches:"]
                 + [f"    {self.describe(int(i))}" for i in bad[:FIRST_MISMATCHES]])
 
-    def verdict(self, name: str, passed: bool, lines: list, bad, stats: dict, score=None) -> "Comparison":
+    def verdict(self, name: str, passed: bool, lines: list[str], bad: torch.Tensor, stats: dict[str, Any],
+                score: torch.Tensor | None = None) -> "Comparison":
         """The Comparison with `lines` as its message, to which a failure adds the `listing` of its `bad` points
         ranked by `score` (None: `excess`)."""
         if not passed and bad.numel():
             lines = lines + self.listing(bad, self.excess if score is None else score)
         return Comparison(name, passed, "\n".join(lines), *self.maxima, bad.numel(), self.total, stats)
 
-    def nonfinite(self) -> list:
+    def nonfinite(self) -> list[str]:
         """Hard-failure lines for NaN/Inf among the considered points, one per side that has any."""
         lines = []
         for side, t in (("actual", self.a), ("golden", self.e)):  # not a stage: the expected side
@@ -220,7 +226,7 @@ class _Flat:
         return lines
 
 
-def _judged(comparator, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy) -> _Flat:
+def _judged(comparator: object, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy) -> _Flat:
     """The `_Flat` pair of two `_comparable` tensors; raises `_Unjudgeable` when ignore_nan leaves nothing of a
     non-empty golden."""
     pair = _Flat.of(comparator, policy, actual, expected)
@@ -229,20 +235,21 @@ def _judged(comparator, name: str, actual: torch.Tensor, expected: torch.Tensor,
     return pair
 
 
-def _pair(comparator, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy) -> _Flat:
+def _pair(comparator: object, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy) -> _Flat:
     """`_judged` of a pair that is first checked `_comparable`."""
     _comparable(name, actual, expected)
     return _judged(comparator, name, actual, expected, policy)
 
 
 class _Comparator:
-    _judge: Callable  # each subclass's own check (compare.py)
+    _judge: "Comparator"  # each subclass's own check (compare.py)
 
     """The comparators' base (it adds no fields: they pickle and fingerprint by their own). Their checks that an
     output can be judged at all raise `_Unjudgeable`; `__call__` runs the subclass's `_judge` and makes that the
     failing Comparison, so no `_judge` tests for an early verdict after each check."""
 
-    def __call__(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+    def __call__(self, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy,
+                 outputs: Sides) -> Comparison:
         try:
             return self._judge(name, actual, expected, policy, outputs)
         except _Unjudgeable as why:
@@ -262,7 +269,8 @@ class Allclose(_Comparator):
     atol: float | None = None
     ignore_nan: bool | None = None
 
-    def _judge(self, name, actual, expected, policy: Policy, outputs: Sides) -> Comparison:
+    def _judge(self, name: str, actual: torch.Tensor, expected: torch.Tensor, policy: Policy,
+               outputs: Sides) -> Comparison:
         pair = _pair(self, name, actual, expected, policy)
         a, e, rtol, atol = pair.a, pair.e, pair.rtol, pair.atol
         # an infinite golden matches only the same infinity (its tolerance would be infinite)

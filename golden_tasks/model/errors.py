@@ -1,4 +1,8 @@
 """Failures with a verdict: reported as one clear message, without a traceback."""
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .outputs import Worst
 
 
 class VerificationFailure(Exception):
@@ -17,7 +21,7 @@ class StageFailed(VerificationFailure):
     """A stage ran and its verdict is FAIL; the message is the report. `worst`: what a validation that failed
     found at worst (outputs.Worst: the figures the summary shows), else None."""
 
-    def __init__(self, message: str, worst=None):
+    def __init__(self, message: str, worst: "Worst | None" = None) -> None:
         super().__init__(message)
         self.worst = worst
 

@@ -26,6 +26,7 @@ import site
 import sys
 import sysconfig
 import traceback
+from collections.abc import Iterable, Iterator
 from urllib.parse import unquote, urlparse
 
 from .errors import VerificationFailure
@@ -35,7 +36,7 @@ PROJECT_ENV = "GOLDEN_TASKS_PROJECT"
 _project = tuple(p for p in os.environ.get(PROJECT_ENV, "").split(os.pathsep) if p)
 
 
-def add_project(*folders) -> None:
+def add_project(*folders: str | os.PathLike[str]) -> None:
     """Count `folders` (a project's root, its kernel folders) as user code here and in the
     processes started after."""
     global _project
@@ -43,19 +44,19 @@ def add_project(*folders) -> None:
     os.environ[PROJECT_ENV] = os.pathsep.join(_project)
 
 
-def _forms(folders) -> tuple:
+def _forms(folders: Iterable[str]) -> tuple[str, ...]:
     """Each folder as written (absolute) and with symlinks resolved."""
     return tuple(dict.fromkeys(f for p in folders if p for f in (os.path.abspath(p), os.path.realpath(p))))
 
 
-def _interpreter_sites() -> list:
+def _interpreter_sites() -> list[str]:
     sites = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
     sites += site.getsitepackages() if hasattr(site, "getsitepackages") else []
     user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
     return [*sites, *([user_site] if user_site else [])]
 
 
-def _pth_folders(sites: list) -> list:
+def _pth_folders(sites: list[str]) -> list[str]:
     """The folders the .pth files of the site directories add to sys.path (import lines run code
     and add nothing by themselves)."""
     found = []
@@ -88,7 +89,7 @@ def _holds_distribution(folder: str) -> bool:
 
 
 @functools.cache
-def _library_tiers(path_entries: tuple) -> tuple:
+def _library_tiers(path_entries: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(site folders, linked folders) for this sys.path: tiers 1 and 3 of the module docstring."""
     sites = _interpreter_sites()
     linked = _pth_folders(sites)
@@ -97,7 +98,7 @@ def _library_tiers(path_entries: tuple) -> tuple:
 
 
 @functools.cache
-def _editable_sources() -> tuple:
+def _editable_sources() -> tuple[str, ...]:
     """The source folders of the editable installs this interpreter sees."""
     import importlib.metadata  # noqa: PLC0415 -- only where code is classified, not in every doit run
 
@@ -116,29 +117,29 @@ def _editable_sources() -> tuple:
 
 
 @functools.cache
-def _user_folders(project: tuple) -> tuple:
+def _user_folders(project: tuple[str, ...]) -> tuple[str, ...]:
     """Tier 2 of the module docstring: the project's folders and the editable installs' sources."""
     return _forms(project) + _editable_sources()
 
 
-def user_folders() -> tuple:
+def user_folders() -> tuple[str, ...]:
     """The folders of user code here: the project's (as registered) and the editable installs' sources."""
     return _user_folders(_project)
 
 
-def library_dirs() -> tuple:
+def library_dirs() -> tuple[str, ...]:
     """Every folder whose packages are library code (tiers 1 and 3 of the module docstring, less the
     user's): a package installed, upgraded or removed there changes that folder."""
     sites, linked = _library_tiers(tuple(sys.path))
     return tuple(dict.fromkeys([*sites, *(f for f in linked if not is_user_file(f))]))
 
 
-def _under(path: str, folders: tuple) -> bool:
+def _under(path: str, folders: tuple[str, ...]) -> bool:
     return any(path == f or path.startswith(f if f.endswith(os.sep) else f + os.sep) for f in folders)
 
 
 @functools.lru_cache(maxsize=65536)
-def _classify(path: str, path_entries: tuple, project: tuple) -> bool:
+def _classify(path: str, path_entries: tuple[str, ...], project: tuple[str, ...]) -> bool:
     sites, linked = _library_tiers(path_entries)
     if _under(os.path.abspath(path), sites):  # most files read are a library's: no symlink to resolve
         return False
@@ -150,12 +151,12 @@ def _classify(path: str, path_entries: tuple, project: tuple) -> bool:
     return not any(_under(p, linked) for p in forms)
 
 
-def is_user_file(path) -> bool:
+def is_user_file(path: str | os.PathLike[str]) -> bool:
     """Whether the file (or folder) at `path` is user code or data, by the order of the module docstring."""
     return _classify(os.fspath(path), tuple(sys.path), _project)
 
 
-def is_user_source(name: str, file) -> bool:
+def is_user_source(name: str, file: str | None) -> bool:
     """Whether module `name`, loaded (or to be loaded) from `file`, is code the user edits: neither
     golden_tasks nor a library's (nor a builtin)."""
     if not isinstance(name, str) or not name or name == "golden_tasks" or name.startswith("golden_tasks."):
@@ -196,7 +197,7 @@ def shown(path: str, start: str | None = None) -> str:
     return path if relative.startswith("..") else relative
 
 
-def dumps_by_value(obj) -> bytes:
+def dumps_by_value(obj: object) -> bytes:
     """cloudpickle `obj` with every loaded user module's code by value.
 
     By reference, a function pickles to the same bytes after its module is
@@ -206,11 +207,12 @@ def dumps_by_value(obj) -> bytes:
     import cloudpickle  # noqa: PLC0415
 
     with by_value():
-        return cloudpickle.dumps(obj)
+        data: bytes = cloudpickle.dumps(obj)  # cloudpickle ships no type information
+    return data
 
 
 @contextlib.contextmanager
-def by_value():
+def by_value() -> Iterator[None]:
     """While the block runs, cloudpickle pickles every loaded user module's code by value (dumps_by_value)."""
     import cloudpickle  # noqa: PLC0415
 

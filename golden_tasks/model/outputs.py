@@ -15,7 +15,7 @@ a CUDA kernel), and a stage that reads a skipped one skips with its reason.
 Skipped is never passed.
 """
 import dataclasses
-from typing import Self
+from typing import Any, Protocol, Self
 
 from .records import JsonRecord, Timing
 from .rows import ParamRow, as_json, fields_from_json, rows_field
@@ -24,24 +24,33 @@ POLICY_FILE = "policy.pkl"  # policy: the case's validation policy (cloudpickle,
 SAMPLES_FILE = "samples.json"  # bench, golden_bench: their timings' round times (Stats.split)
 
 
+class _Entry(Protocol):
+    """What Meta.of and Stats.of read of a stored entry (storage.entry.Entry; model does not import storage)."""
+    @property
+    def meta(self) -> dict[str, Any]: ...
+
+    @property
+    def stats(self) -> dict[str, Any]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Meta:
     """The meta every stage has: `skipped` is None, or why the stage did not do its work."""
     skipped: str | None = None
 
     @classmethod
-    def of(cls, entry) -> Self:
+    def of(cls, entry: _Entry) -> Self:
         """The typed meta of a stored entry (storage.entry.Entry)."""
         return cls(**fields_from_json(cls, entry.meta))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return as_json(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class AbiMeta(Meta):
     table: list[ParamRow] = rows_field(ParamRow)  # the checked parameter table, stamped with directions
-    placement: dict = dataclasses.field(default_factory=dict)  # name -> TensorSpec.resident, where one is set
+    placement: dict[str, Any] = dataclasses.field(default_factory=dict)  # name -> TensorSpec.resident, where one is set
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +59,7 @@ class CompileMeta(Meta):
     module: str | None = None  # where the artifact's class lives (forms.Artifact.restore)
     table: list[ParamRow] = rows_field(ParamRow)  # the parameter table the artifact embeds
     device: str = "cpu"  # where the artifact's tensors live: "cuda" asks an executor for a GPU
-    config: dict = dataclasses.field(default_factory=dict)  # what compile chose (forms.Artifact.config)
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)  # what compile chose (forms.Artifact.config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +71,8 @@ class DispatchMeta(Meta):
 
 @dataclasses.dataclass(frozen=True)
 class InputsMeta(Meta):
-    scalars: dict = dataclasses.field(default_factory=dict)  # name -> value
-    nonfinite: dict = dataclasses.field(default_factory=dict)  # name -> "N NaN/Inf, first at (i, j)"
+    scalars: dict[str, Any] = dataclasses.field(default_factory=dict)  # name -> value
+    nonfinite: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> "N NaN/Inf, first at (i, j)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,17 +86,17 @@ class Worst:
     nan: int = 0
     inf: int = 0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class ValidateMeta(Meta):
-    outputs: list = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
+    outputs: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
     max_abs: float | None = None
     # comparisons that cannot catch a wrong kernel (a golden a kernel writing zeros would match): the
     # report flags them; they do not fail the case
-    warnings: list = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,14 +117,14 @@ class Stats(JsonRecord):
     seconds: float | None = None  # the stage's own run (set by the graph)
     golden_us: Timing | None = None  # golden_bench: the golden function's timing
     kernel_us: Timing | None = None  # bench: the kernel's timing
-    node: dict | None = None  # the machine that ran the stage (toolchain.hardware; set by the graph)
+    node: dict[str, Any] | None = None  # the machine that ran the stage (toolchain.hardware; set by the graph)
 
     @classmethod
-    def of(cls, entry) -> "Stats":
+    def of(cls, entry: _Entry) -> "Stats":
         """The typed stats of a stored entry (storage.entry.Entry); BadRecord naming a field that is not."""
         return cls.from_json(entry.stats, "stats")
 
-    def split(self) -> tuple["Stats", dict]:
+    def split(self) -> tuple["Stats", dict[str, Any]]:
         """(the stats with each timing summarised, the samples: field -> its round times, or {} when none).
         An entry keeps the summary in its stats and the samples in its object SAMPLES_FILE, which only what
         draws them reads (joined)."""
@@ -124,7 +133,7 @@ class Stats(JsonRecord):
         return (dataclasses.replace(self, **{name: summary for name, (summary, _) in parts.items()}),
                 {name: samples for name, (_, samples) in parts.items()})
 
-    def joined(self, samples: dict) -> "Stats":
+    def joined(self, samples: dict[str, Any]) -> "Stats":
         """The stats `split` split: each timing with its round times from `samples`."""
         return dataclasses.replace(self, **{name: getattr(self, name).joined(s) for name, s in samples.items()})
 
@@ -132,8 +141,8 @@ class Stats(JsonRecord):
 @dataclasses.dataclass
 class Outputs:
     """What a stage returns: tensors and files (name -> tensor / path), its typed meta and stats."""
-    tensors: dict = dataclasses.field(default_factory=dict)
-    files: dict = dataclasses.field(default_factory=dict)
+    tensors: dict[str, Any] = dataclasses.field(default_factory=dict)
+    files: dict[str, Any] = dataclasses.field(default_factory=dict)
     meta: Meta = dataclasses.field(default_factory=Meta)
     stats: Stats = dataclasses.field(default_factory=Stats)
 

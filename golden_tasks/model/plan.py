@@ -23,24 +23,25 @@ import dataclasses
 import functools
 import json
 import uuid
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
-from .rows import ParamRow, SignatureRow, as_json, fields_from_json, json_of, rows_field
+from .rows import ParamRow, Row, SignatureRow, as_json, fields_from_json, json_of, rows_field
 
 
 @dataclasses.dataclass(frozen=True)
 class Variable:
     """doit variables that override a field: parse(values by name, old value) -> new value.
     `values` holds only the variables given; parse raises ValueError naming a bad one."""
-    names: tuple
-    parse: Callable
+    names: tuple[str, ...]
+    parse: Callable[[dict[str, str], Any], Any]  # (the variables given, the field's value) -> its new value
 
 
 def _field(source: str, keyed: str | None = None, replay: str | None = None, variable: Variable | None = None,
-           every_stage=False, default=None, rows=None):
+           every_stage: bool = False, default: Any = None, rows: type[Row] | None = None) -> Any:
     """A Plan field declared with its metadata (the module docstring); `rows`: the row type of a list of rows."""
-    meta = {"source": source, "keyed": keyed, "replay": replay, "variable": variable, "every_stage": every_stage}
+    meta: dict[str, Any] = {"source": source, "keyed": keyed, "replay": replay, "variable": variable,
+                            "every_stage": every_stage}
     if rows is not None:
         return rows_field(rows, **meta)
     if isinstance(default, (dict, list)):
@@ -53,7 +54,7 @@ def _field(source: str, keyed: str | None = None, replay: str | None = None, var
 BACKENDS = ("aoti", "eager")
 
 
-def _backend(values: dict, old):
+def _backend(values: dict[str, str], old: str) -> str:
     text = values["backend"]
     if text and text not in BACKENDS:
         raise ValueError(f"doit variable backend={text!r} is not a backend ({', '.join(BACKENDS)}; "
@@ -61,7 +62,7 @@ def _backend(values: dict, old):
     return text or old  # backend= (empty): the case's own
 
 
-def _options(values: dict, old: dict) -> dict:
+def _options(values: dict[str, str], old: dict[str, Any]) -> dict[str, Any]:
     text = values["options"]
     try:
         extra = json.loads(text)
@@ -72,7 +73,7 @@ def _options(values: dict, old: dict) -> dict:
     return {**old, **extra}  # merged over the case's own options
 
 
-def _count(least: int):
+def _count(least: int) -> Callable[[str, str], int]:
     def parse(name: str, text: str) -> int:
         if not text.isdigit() or int(text) < least:
             raise ValueError(f"doit variable {name}={text!r} is not an integer >= {least}")
@@ -82,7 +83,7 @@ def _count(least: int):
 
 def _positive(name: str, text: str, unit: str = "") -> float:
     try:
-        value = float(text)
+        value: float | None = float(text)
     except ValueError:
         value = None
     if value is None or not value > 0:
@@ -113,7 +114,7 @@ class BenchSettings:
     budget: float = 2.0
     flush: bool = False
 
-    def bench_settings(self) -> dict:
+    def bench_settings(self) -> dict[str, Any]:
         """These settings by name (Plan.bench)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(BenchSettings)}
 
@@ -126,7 +127,7 @@ class BenchSettings:
         return None
 
     @property
-    def bounds(self) -> tuple:
+    def bounds(self) -> tuple[int, int, float, float]:
         """(least rounds, most rounds, noise target, budget in seconds) in effect."""
         if self.rounds is not None:
             return self.rounds, self.rounds, 0.0, float("inf")
@@ -140,19 +141,19 @@ class BenchSettings:
 
 
 # The benchmark's settings a doit variable overrides (BenchSettings has them all).
-_BENCH_VARIABLES = {"warmup": _count(0), "rounds": _count(1), "rse": _positive,
+_BENCH_VARIABLES: dict[str, Callable[[str, str], Any]] = {"warmup": _count(0), "rounds": _count(1), "rse": _positive,
                     "budget": lambda name, text: _positive(name, text, " of seconds"), "flush": _switch}
 
 
-def _bench(values: dict, old: dict) -> dict:
+def _bench(values: dict[str, str], old: dict[str, Any]) -> dict[str, Any]:
     return {**old, **{name: parse(name, values[name]) for name, parse in _BENCH_VARIABLES.items() if name in values}}
 
 
-def _fresh(values: dict, old: bool) -> bool:
+def _fresh(values: dict[str, str], old: bool) -> bool:
     return _switch("fresh", values["fresh"])
 
 
-def _timeout(values: dict, old: float) -> float:
+def _timeout(values: dict[str, str], old: float) -> float:
     return _positive("timeout", values["timeout"], " of seconds")
 
 
@@ -182,42 +183,43 @@ class Plan:
     ranks: int = _field("case", default=1,
                         replay="the world size changed; the saved artifact and placement are for the old one")
     # custom resources the stages that run the kernel or time it ask a cluster for (Case.resources)
-    resources: dict = _field("case", default={},
-                             replay="the case now asks for other hardware (resources)")
-    options: dict = _field("run", variable=Variable(("options",), _options), default={})
+    resources: dict[str, Any] = _field("case", default={},
+                                       replay="the case now asks for other hardware (resources)")
+    options: dict[str, Any] = _field("run", variable=Variable(("options",), _options), default={})
     golden: str = _field("case", replay="the saved golden may no longer be the intended reference")
     policy: str = _field("case",
                          replay="the saved validation policy (tolerances, comparators) differs from the case's")
     # BenchSettings' settings by name: how long the kernel and the golden are timed
-    bench: dict = _field("run", variable=Variable(tuple(_BENCH_VARIABLES), _bench),
-                         default={})
+    bench: dict[str, Any] = _field("run", variable=Variable(tuple(_BENCH_VARIABLES), _bench),
+                                   default={})
     # in no key: `fresh=1` measures the timing stages again and replaces their entries (stage_table.Stage.timing;
     # an entry's timings are outside its digest, so what reads it keeps its key and stays cached)
     fresh: bool = _field("run", variable=Variable(("fresh",), _fresh), default=False)
-    data_in: dict = _field("case", default={},
-                           replay="the saved inputs come from other data files than the case's now")
-    data_out: dict = _field("case", default={},
-                            replay="the saved golden comes from other data files than the case's now")
-    external: dict = _field("case", "user_code", default={"files": {}, "env": {}},
-                            replay="the files or variables the case declares (file_deps, env_deps) changed")
+    data_in: dict[str, Any] = _field("case", default={},
+                                     replay="the saved inputs come from other data files than the case's now")
+    data_out: dict[str, Any] = _field("case", default={},
+                                      replay="the saved golden comes from other data files than the case's now")
+    external: dict[str, Any] = _field("case", "user_code", default={"files": {}, "env": {}},
+                                      replay="the files or variables the case declares (file_deps, env_deps) changed")
     # in no key: the digest of each function and constant, so that `golden-tasks explain` and a
     # replay can name what changed
-    parts: dict = _field("context", default={"kernel": {}, "golden": {}})  # not a stage: the golden function's
-    volatile: list = _field("context", default=[])  # what cannot be fingerprinted (see fingerprint.py)
+    parts: dict[str, Any] = _field("context",
+                                   default={"kernel": {}, "golden": {}})  # not a stage: the golden function's
+    volatile: list[str] = _field("context", default=[])  # what cannot be fingerprinted (see fingerprint.py)
     # whether the kernel is named by import path, so that its module never runs beside the golden (untrusted.py)
     golden_protected: bool = _field("context", default=False)
     nonce: str = _field("run", "every")  # see for_this_run
 
     error: ClassVar[None] = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return as_json(self)
 
-    def field_json(self, name: str):
+    def field_json(self, name: str) -> Any:
         """The field `name` as JSON (its rows as theirs): what enters a key, a manifest, a comparison of plans."""
         return json_of(self, name)
 
-    def overridden(self, values: dict) -> "Plan":
+    def overridden(self, values: dict[str, str]) -> "Plan":
         """The plan with doit variables applied (`values`: name -> text, only those given)."""
         changes = {f.name: f.metadata["variable"].parse(values, getattr(self, f.name))
                    for f in dataclasses.fields(self)
@@ -230,7 +232,7 @@ class Plan:
         return dataclasses.replace(self, nonce=uuid.uuid4().hex) if self.volatile else self
 
     @functools.cached_property
-    def keys_made(self) -> dict:
+    def keys_made(self) -> dict[tuple[Any, ...], str]:
         """graph's memo of this plan's stage keys: not a field, so outside its JSON, equality and replace."""
         return {}
 
@@ -244,7 +246,7 @@ class FailedPlan:
     error: str
     profile: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -253,21 +255,21 @@ class StagePlan:
     any other is an error, so a stage cannot depend on what its key does not cover."""
     __slots__ = ("_plan", "_stage", "_keyed")
 
-    def __init__(self, plan: Plan, stage: str, keyed: tuple):
+    def __init__(self, plan: Plan, stage: str, keyed: tuple[str, ...]) -> None:
         object.__setattr__(self, "_plan", plan)
         object.__setattr__(self, "_stage", stage)
         object.__setattr__(self, "_keyed", keyed)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name in self._keyed or name in EVERY_STAGE:
             return getattr(self._plan, name)
         raise AttributeError(f"the {self._stage} stage read plan field {name!r}, which is not in its key")
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("a stage's plan is read-only")
 
 
-def _fields_where(test) -> tuple:
+def _fields_where(test: Callable[[Mapping[str, Any]], Any]) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(Plan) if test(f.metadata))
 
 
@@ -280,6 +282,6 @@ REPLAY_MEANING = {f.name: f.metadata["replay"] for f in dataclasses.fields(Plan)
 VARIABLES = tuple(n for f in dataclasses.fields(Plan) if f.metadata["variable"] for n in f.metadata["variable"].names)
 
 
-def from_json(record: dict):
+def from_json(record: dict[str, Any]) -> "Plan | FailedPlan":
     """The Plan or FailedPlan a `to_json` record describes."""
     return FailedPlan(**record) if "error" in record else Plan(**fields_from_json(Plan, record))

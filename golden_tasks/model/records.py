@@ -16,34 +16,39 @@ import math
 import statistics
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Self
 
 from .rows import ParamRow, Row
 from .verdicts import StageState, Verdict
+
+# how a field's value is read: (the JSON value, where it is) -> the field's value
+_Read = Callable[[Any, str], Any]
 
 
 class BadRecord(ValueError):
     """A file or value that is not a run record (or part of one); the message names the file and the field."""
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     return json.dumps(value)[:80]
 
 
-def _number(value, where: str):
+def _number(value: Any, where: str) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
         raise BadRecord(f"{where}: expected a finite number >= 0, got {_shown(value)}")
     return value
 
 
-def _count(value, where: str):
+def _count(value: Any, where: str) -> Any:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise BadRecord(f"{where}: expected a count (an integer >= 0), got {_shown(value)}")
     return value
 
 
-def _of_kind(kind: type):
-    def check(value, where: str):
+def _of_kind(kind: type) -> "_Read":
+    def check(value: Any, where: str) -> Any:
         if not isinstance(value, kind):
             raise BadRecord(f"{where}: expected {_KIND_NAMES[kind]}, got {_shown(value)}")
         return value
@@ -51,14 +56,16 @@ def _of_kind(kind: type):
 
 
 _KIND_NAMES = {str: "text", bool: "true or false", list: "a list", dict: "an object"}
-_READERS = {float: _number, int: _count, **{kind: _of_kind(kind) for kind in _KIND_NAMES}}
+_READERS: dict[type, _Read] = {float: _number, int: _count, **{kind: _of_kind(kind) for kind in _KIND_NAMES}}
 
 
-def _reader(kind):
+def _reader(kind: Any) -> _Read:
     """How a value declared as `kind` is read: a word of an enum, a nested record or row (from_json), a mapping
     of words (dict[str, StageState]), or a plain JSON value checked for its kind."""
     if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None
         kind = next(k for k in typing.get_args(kind) if k is not type(None))
+    if typing.get_origin(kind) is dict and typing.get_args(kind)[1] is Any:  # dict[str, Any]: as a bare dict
+        return _object
     if typing.get_origin(kind) is dict:
         item = _or_none(_reader(typing.get_args(kind)[1]))
         return lambda value, where: {k: item(v, f"{where}.{k}") for k, v in _object(value, where).items()}
@@ -68,14 +75,14 @@ def _reader(kind):
     if isinstance(kind, type) and issubclass(kind, JsonRecord):
         return kind.from_json
     if isinstance(kind, type) and issubclass(kind, Row):
-        def row(value, where):
+        def row(value: Any, where: str) -> Any:
             try:
                 return kind.from_json(value, where)
             except ValueError as exc:  # the row names the field
                 raise BadRecord(str(exc)) from None
         return row
     if isinstance(kind, type) and issubclass(kind, (Verdict, StageState)):
-        def word(value, where):
+        def word(value: Any, where: str) -> Any:
             try:
                 return kind(value)
             except ValueError:
@@ -87,13 +94,13 @@ def _reader(kind):
 _object, _list = _READERS[dict], _READERS[list]
 
 
-def _or_none(read):
+def _or_none(read: _Read) -> _Read:
     """`read`, with None (JSON's null) for any value: a stage without an entry has a key of None."""
     return lambda value, where: None if value is None else read(value, where)
 
 
 @functools.cache
-def _field_readers(cls: type) -> dict:
+def _field_readers(cls: type) -> dict[str, _Read]:
     return {name: _or_none(_reader(kind)) for name, kind in typing.get_type_hints(cls).items()
             if not name.startswith("_")}
 
@@ -102,14 +109,14 @@ class JsonRecord:
     """A record type: a kw_only dataclass whose fields are JSON values, enums, nested records, or lists and
     mappings of them. Fields that are None are left out of its JSON when `_OMIT_NONE`."""
     _OMIT_NONE = False
-    __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field]]  # each record type is a dataclass
+    __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field[Any]]]  # each record type is a dataclass
 
     @classmethod
-    def from_json(cls, data, where: str = ""):
+    def from_json(cls, data: Any, where: str = "") -> Self:
         """The record `data` holds; BadRecord (naming `where` and the field) for a value of the wrong kind,
         a missing required field or a field this type does not have."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        values = {}
+        values: dict[str, Any] = {}
         for name, value in _object(data, where or cls.__name__).items():
             at = f"{where}.{name}" if where else name
             if name not in fields:
@@ -121,7 +128,7 @@ class JsonRecord:
             raise BadRecord(f"{where or cls.__name__}: missing {', '.join(missing)}")
         return cls(**values)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -131,7 +138,7 @@ class JsonRecord:
         return out
 
 
-def _to_json(value):
+def _to_json(value: Any) -> Any:
     if isinstance(value, (JsonRecord, Row)):
         return value.to_json()
     if isinstance(value, list):
@@ -141,21 +148,21 @@ def _to_json(value):
     return value
 
 
-def relative_standard_error(times: list) -> float:
+def relative_standard_error(times: list[float]) -> float:
     """The standard error of the mean over the mean (inf for fewer than two rounds or a zero mean)."""
     mean = statistics.fmean(times)
     if len(times) < 2 or mean <= 0:
         return math.inf
-    return statistics.stdev(times) / len(times) ** 0.5 / mean
+    return float(statistics.stdev(times) / len(times) ** 0.5 / mean)
 
 
-def _quartiles(times: list) -> tuple[float, float]:
+def _quartiles(times: list[float]) -> tuple[float, float]:
     """The first and third quartiles (inclusive; one round is all of them)."""
     q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else times * 3
     return q1, q3
 
 
-def _outliers(times: list) -> list:
+def _outliers(times: list[float]) -> list[float]:
     """The times beyond 1.5 IQR of the quartiles."""
     q1, q3 = _quartiles(times)
     fence = 1.5 * (q3 - q1)
@@ -197,7 +204,7 @@ class Timing(JsonRecord):
     placed: int | None = None  # a rank's: how many tensors it placed on its device
 
     @classmethod
-    def of_rounds(cls, times: list, stopped: str, warmup: int) -> "Timing":
+    def of_rounds(cls, times: list[float], stopped: str, warmup: int) -> "Timing":
         """The timing of these round times (stages.adaptive_rounds'): min / median / mean / max, std, IQR, the
         noise floor reached (relative standard error of the mean; None below two rounds), the outliers
         (counted: reported, never dropped), the rounds, warmup, why the timing stopped and every round's time."""
@@ -215,14 +222,14 @@ class Timing(JsonRecord):
             raise ValueError("a timing's summary holds no round times: join its samples (outputs.Stats.joined)")
         return _outliers(self.times)
 
-    def split(self) -> tuple["Timing", dict]:
+    def split(self) -> tuple["Timing", dict[str, Any]]:
         """(its summary: this timing without round times, its samples: {"times": every round's time, and
         "ranks": each rank's samples, for several ranks}), as a stored entry keeps them apart."""
         ranks = [rank.split() for rank in self.ranks or ()]
         samples = {"times": self.times, **({"ranks": [s for _, s in ranks]} if ranks else {})}
         return dataclasses.replace(self, times=None, ranks=self.ranks and [r for r, _ in ranks]), samples
 
-    def joined(self, samples: dict) -> "Timing":
+    def joined(self, samples: dict[str, Any]) -> "Timing":
         """The timing `split` split: this summary with the round times in `samples`."""
         return dataclasses.replace(self, times=samples["times"], ranks=self.ranks and [
             rank.joined(s) for rank, s in zip(self.ranks, samples["ranks"])])
@@ -235,7 +242,7 @@ class Timing(JsonRecord):
         than two rounds or without them."""
         if self.rounds is None or self.rounds < 2 or self.iqr is None or not self.median:
             return None
-        return (math.pi / 2) ** 0.5 * (self.iqr / 1.349) / self.rounds ** 0.5 / self.median
+        return float((math.pi / 2) ** 0.5 * (self.iqr / 1.349) / self.rounds ** 0.5 / self.median)
 
     def describe(self) -> str:
         """The median with the noise of it: "20.00 ±1.0%"."""
@@ -258,7 +265,7 @@ class CaseRow(JsonRecord):
     unwritten: int | None = None
     nan: int | None = None
     inf: int | None = None
-    outputs: list[dict] = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
+    outputs: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
     warnings: list[str] = dataclasses.field(default_factory=list)
     kernel_us: float | None = None  # the medians, their ratio and its 1-sigma uncertainty
     golden_us: float | None = None
@@ -273,7 +280,7 @@ class CaseRow(JsonRecord):
     seconds: float | None = None  # what the stages that ran in this run took
     golden_protected: bool | None = None
     # what compile chose that the source does not say: an autotuned Triton kernel's configuration
-    config: dict | None = None
+    config: dict[str, Any] | None = None
 
     def max_error(self) -> str:
         """The `max err` of the summary: what is worst about the outputs (elements unwritten, NaN, infinite:
@@ -290,8 +297,8 @@ class RunRecord(JsonRecord):
     cases: list[CaseRow]
     started: float | None = None  # Unix times
     finished: float | None = None
-    machine: dict = dataclasses.field(default_factory=dict)  # toolchain.machine()
-    toolchain: dict = dataclasses.field(default_factory=dict)
+    machine: dict[str, Any] = dataclasses.field(default_factory=dict)  # toolchain.machine()
+    toolchain: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -299,19 +306,19 @@ class RunRecord(JsonRecord):
         return not any(row.status.failed for row in self.cases)
 
     @property
-    def counts(self) -> dict:
+    def counts(self) -> dict[Verdict, int]:
         """How many cases have each status, worst first (those that occur)."""
         found = [row.status for row in self.cases]
         return {status: found.count(status) for status in Verdict if status in found}
 
     @classmethod
-    def from_json(cls, data, where: str = "") -> "RunRecord":
+    def from_json(cls, data: Any, where: str = "") -> Self:
         if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
             raise BadRecord(f"{where}: " * bool(where) + "not a golden-tasks run record (runs/report.json): it has "
                             "no list of cases")
         return super().from_json({k: v for k, v in data.items() if k not in ("passed", "counts")}, where)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**super().to_json(), "passed": self.passed, "counts": self.counts}
 
     @classmethod
@@ -366,12 +373,12 @@ class Manifest(JsonRecord):
     module: str | None = None  # None: defined by golden_tasks.run, not in a kernel module
     profile: str | None = None
     keys: dict[str, str | None]  # stage -> the key of the entry the run used
-    fingerprints: dict  # plan field -> its fingerprint (runtime.FINGERPRINTS), "parts" -> what they hash
-    toolchain: dict
+    fingerprints: dict[str, Any]  # plan field -> its fingerprint (runtime.FINGERPRINTS), "parts" -> what they hash
+    toolchain: dict[str, Any]
     pipeline: str
     table: list[ParamRow]  # the parameter table (AbiMeta.table)
-    placement: dict = dataclasses.field(default_factory=dict)  # name -> where a tensor is resident
-    bench: dict  # the plan's BenchSettings
+    placement: dict[str, Any] = dataclasses.field(default_factory=dict)  # name -> where a tensor is resident
+    bench: dict[str, Any]  # the plan's BenchSettings
     timeout: float | None = None
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # saved stage -> why it skipped
     artifact: SavedArtifact

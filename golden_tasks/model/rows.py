@@ -11,15 +11,18 @@ naming its field: the probe's answer comes from a process that runs untrusted co
 No torch here: the doit parent reads plans, and their rows, without importing it.
 """
 import dataclasses
-from collections.abc import Callable
-from typing import Any, ClassVar, Self
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Self, TypeVar
 
 STACKED = "stacked"  # TensorSpec.resident: the leading dim is the rank
 KINDS = ("tensor", "scalar")
 DIRECTIONS = ("in", "out", "inout")
 
 
-def view_shape(shape, resident) -> tuple:
+_Dim = TypeVar("_Dim", int, int | None)  # a dim of a shape: a spec's (int) or a declared row's (None: any size)
+
+
+def view_shape(shape: Sequence[_Dim], resident: int | str | None) -> tuple[_Dim, ...]:
     """The shape one rank of a multi-rank kernel receives of a tensor of `shape` placed by
     `resident`: a stacked tensor's slice (its leading dim is the rank); anything else whole."""
     return tuple(shape[1:] if resident == STACKED else shape)
@@ -44,15 +47,15 @@ class Directed:
 _Check = tuple[Callable[[Any], bool], str]
 
 
-def _name(value) -> bool:
+def _name(value: object) -> bool:
     return isinstance(value, str) and value.isidentifier()
 
 
-def _word(words: tuple) -> _Check:
+def _word(words: tuple[str, ...]) -> _Check:
     return (lambda value: value in words), " or ".join(map(repr, words))
 
 
-def _dim(value) -> bool:
+def _dim(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -70,16 +73,16 @@ class Row:
     """A row: a frozen dataclass of JSON values (a shape as a tuple), and `_CHECKS`, what from_json accepts of
     each field."""
     _CHECKS: ClassVar[dict[str, _Check]]
-    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field]]  # each row type is a dataclass
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # each row type is a dataclass
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The row as JSON: its fields but those that are None, a shape as a list."""
         fields = ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
         return {name: list(value) if isinstance(value, tuple) else value for name, value in fields
                 if value is not None}
 
     @classmethod
-    def from_json(cls, data, where: str) -> Self:
+    def from_json(cls, data: object, where: str) -> Self:
         """The row `data` holds (`to_json`'s); a ValueError naming `where` and the field for anything else: a
         field it does not have, a missing one, a value of the wrong kind."""
         if not isinstance(data, dict):
@@ -105,7 +108,7 @@ class ParamRow(Row, Directed):
     kind: str
     direction: str
     dtype: str | None = None
-    shape: tuple | None = None
+    shape: tuple[int | None, ...] | None = None
 
     _CHECKS = {"name": _NAME, "kind": _word(KINDS), "direction": _word(DIRECTIONS), "dtype": _TEXT,
                "shape": _shape(dynamic=True)}
@@ -116,11 +119,11 @@ class ParamRow(Row, Directed):
         return self.kind == "scalar"
 
 
-def _scalar_value(value) -> bool:
+def _scalar_value(value: object) -> bool:
     return isinstance(value, (bool, int, float))
 
 
-def _resident(value) -> bool:
+def _resident(value: object) -> bool:
     return value == STACKED or _dim(value)
 
 
@@ -131,7 +134,7 @@ class SignatureRow(Row):
     the fingerprint of a tensor's init_value (`init`)."""
     name: str
     kind: str
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
     value: bool | int | float | None = None
     resident: int | str | None = None
@@ -142,7 +145,7 @@ class SignatureRow(Row):
                "init": _TEXT}
 
     @property
-    def rank_shape(self) -> tuple:
+    def rank_shape(self) -> tuple[int | None, ...]:
         """The shape each rank's kernel receives (view_shape)."""
         return view_shape(self.shape, self.resident)
 
@@ -152,20 +155,23 @@ class SignatureRow(Row):
         return ParamRow(self.name, self.kind, direction, self.dtype, self.rank_shape)
 
 
-def placement_of(signature: list[SignatureRow]) -> dict:
+_R = TypeVar("_R", bound=Row)
+
+
+def placement_of(signature: list[SignatureRow]) -> dict[str, int | str]:
     """Where each resident tensor of a signature lives across ranks: name -> TensorSpec.resident
     (AbiMeta.placement)."""
     return {s.name: s.resident for s in signature if s.resident is not None}
 
 
-def rows_from_json(row: type[Row], data, where: str) -> list:
+def rows_from_json(row: type[_R], data: object, where: str) -> list[_R]:
     """The `row` rows a JSON list holds; a ValueError naming `where` and the row for anything else."""
     if not isinstance(data, list):
         raise ValueError(f"{where}: expected a list of rows, got {data!r}")
     return [row.from_json(item, f"{where}[{i}]") for i, item in enumerate(data)]
 
 
-def rows_field(row: type[Row], required=False, **metadata):
+def rows_field(row: type[Row], required: bool = False, **metadata: Any) -> Any:
     """A dataclass field holding a list of `row` rows (a parameter table, a signature): `json_of` writes it as
     the rows' JSON and `fields_from_json` reads it back. Without a default where `required`, else an empty
     list; `metadata`: the field's own besides."""
@@ -174,23 +180,23 @@ def rows_field(row: type[Row], required=False, **metadata):
     return dataclasses.field(default_factory=list, metadata={**metadata, "rows": row})
 
 
-def _rows_of(cls: type) -> dict:
+def _rows_of(cls: type) -> dict[str, type[Row]]:
     """field name -> row type, of the fields of the dataclass `cls` made by rows_field."""
     return {f.name: f.metadata["rows"] for f in dataclasses.fields(cls) if f.metadata.get("rows")}
 
 
-def json_of(obj, name: str):
+def json_of(obj: object, name: str) -> Any:
     """The field `name` of the dataclass `obj` as JSON: a rows_field as its rows' JSON, any other as it is."""
     value = getattr(obj, name)
     return [r.to_json() for r in value] if name in _rows_of(type(obj)) else value
 
 
-def as_json(obj) -> dict:
+def as_json(obj: Any) -> dict[str, Any]:
     """The dataclass `obj` as JSON: dataclasses.asdict (copies), with its rows_fields as their rows' JSON."""
     return {**dataclasses.asdict(obj), **{name: json_of(obj, name) for name in _rows_of(type(obj))}}
 
 
-def fields_from_json(cls, record: dict) -> dict:
+def fields_from_json(cls: type, record: dict[str, Any]) -> dict[str, Any]:
     """`record` (JSON: as_json's, or some of its fields) with the rows_fields of the dataclass `cls` read as
     their rows; a ValueError names a malformed one."""
     rows = _rows_of(cls)

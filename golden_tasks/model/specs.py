@@ -11,7 +11,7 @@ nothing outside this module asks which class a spec is.
 import dataclasses
 import inspect
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Self, cast
 
 import torch
@@ -41,7 +41,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def dtype_of(name: str) -> torch.dtype:
-    return getattr(torch, name)
+    dtype: torch.dtype = getattr(torch, name)  # `name` is a dtype's (dtype_name)
+    return dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Param:
     kind: ClassVar[str]  # the word for what it marks in the declared table (ParamRow.kind)
     dtypes: ClassVar[str]  # the dtypes it is typed with, as the message refusing another says
 
-    def __getitem__(self, dtype):
+    def __getitem__(self, dtype: object) -> Self:
         """The marker typed with `dtype`: `In[torch.float32]`, `Scalar[torch.int64]`."""
         name = dtype_name(dtype) if isinstance(dtype, torch.dtype) else None
         if name is None or not self.takes(name):
@@ -69,7 +70,7 @@ class Param:
         """Its name in an annotation."""
         raise NotImplementedError
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{self.marker}[{self.dtype}]" if self.dtype else self.marker
 
     def row(self, name: str) -> ParamRow:
@@ -118,7 +119,7 @@ _CANARY_BITS = {torch.float64: 0x7FF8_DEAD_BEEF_DEAD, torch.float32: 0x7FC0_DEAD
 _BITS_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _canary_word(dtype: torch.dtype):
+def _canary_word(dtype: torch.dtype) -> tuple[torch.dtype, int] | None:
     """(the integer dtype of `dtype`'s width, the canary as a value of it), or None (no canary)."""
     bits = _CANARY_BITS.get(dtype)
     if bits is None:
@@ -128,7 +129,7 @@ def _canary_word(dtype: torch.dtype):
     return word, bits - (1 << 8 * width) if word.is_signed and bits >= 1 << (8 * width - 1) else bits
 
 
-def canary(shape, dtype: torch.dtype) -> torch.Tensor:
+def canary(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     """A buffer of `shape` that holds no value yet: every element the canary (zeros for a dtype without one)."""
     found = _canary_word(dtype)
     if found is None:
@@ -143,7 +144,8 @@ def unwritten(t: torch.Tensor) -> torch.Tensor:
     if found is None:
         return torch.zeros(t.shape, dtype=torch.bool)
     word, value = found
-    return t.contiguous().view(word) == value
+    mask: torch.Tensor = t.contiguous().view(word) == value
+    return mask
 
 
 class Spec(Directed):
@@ -162,7 +164,7 @@ class Spec(Directed):
 
     def stamped(self, direction: str) -> Self:
         """A copy of this spec carrying the direction read off the artifact."""
-        copy = dataclasses.replace(cast(Any, self))  # a mixin of dataclasses: each spec class is one
+        copy: Self = dataclasses.replace(cast(Any, self))  # a mixin of dataclasses: each spec class is one
         object.__setattr__(copy, "_direction", direction)
         return copy
 
@@ -182,7 +184,7 @@ class Spec(Directed):
         by `fingerprint` (project.fingerprint's)."""
         raise NotImplementedError
 
-    def param_row(self, tensor_meta: Iterator[tuple] | None) -> ParamRow:
+    def param_row(self, tensor_meta: Iterator[tuple[Sequence[int], str]] | None) -> ParamRow:
         """Its row of the parameter table of an artifact compiled for it (stamped). `tensor_meta`: the (shape,
         dtype name) of each tensor parameter in order, where the compiler says what it takes; a tensor takes the
         next, a scalar none. None: its own."""
@@ -218,12 +220,12 @@ class TensorSpec(Spec):
     dim is the rank and rank r gets slice r. (True is refused as ambiguous.)
     """
     name: str
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: torch.dtype
     init_value: Any = None
     resident: int | str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
             raise SpecError(f"TensorSpec name {self.name!r} is not an identifier")
         try:
@@ -267,7 +269,8 @@ class TensorSpec(Spec):
         if isinstance(init, torch.Tensor):
             return init.detach().to(self.dtype).clone()
         if any(init is f for f in TENSOR_FACTORIES):
-            return init(self.shape, dtype=self.dtype)
+            made: torch.Tensor = init(self.shape, dtype=self.dtype)
+            return made
         try:
             value = torch.as_tensor(init()).to(self.dtype)
         except Exception as exc:  # noqa: BLE001 -- the user's init: named, with its message and line
@@ -289,7 +292,7 @@ class TensorSpec(Spec):
         """Its signature, with the fingerprint of its init_value."""
         return dataclasses.replace(self.signature, init=fingerprint(self.init_value))
 
-    def param_row(self, tensor_meta: Iterator[tuple] | None) -> ParamRow:
+    def param_row(self, tensor_meta: Iterator[tuple[Sequence[int], str]] | None) -> ParamRow:
         shape, dtype = (self.shape, dtype_name(self.dtype)) if tensor_meta is None else next(tensor_meta)
         return ParamRow(self.name, "tensor", self.direction, dtype, tuple(shape))
 
@@ -318,7 +321,7 @@ class ScalarSpec(Spec):
     dtype: torch.dtype
     value: int | float | bool  # checked against the dtype at construction
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
             raise SpecError(f"ScalarSpec name {self.name!r} is not an identifier")
         name = dtype_name(self.dtype) if isinstance(self.dtype, torch.dtype) else None
@@ -340,7 +343,7 @@ class ScalarSpec(Spec):
         object.__setattr__(self, "value", pytype(value))
 
     @property
-    def shape(self) -> tuple:
+    def shape(self) -> tuple[int, ...]:
         return ()
 
     @property
@@ -360,7 +363,7 @@ class ScalarSpec(Spec):
         """Its signature, which holds its value."""
         return self.signature
 
-    def param_row(self, tensor_meta: Iterator[tuple] | None) -> ParamRow:
+    def param_row(self, tensor_meta: Iterator[tuple[Sequence[int], str]] | None) -> ParamRow:
         return ParamRow(self.name, "scalar", self.direction, dtype_name(self.dtype), ())
 
     def argument(self, tensor_for: Callable[["TensorSpec"], Any]) -> Any:
@@ -376,7 +379,7 @@ class ScalarSpec(Spec):
         return None
 
 
-def declared_params(fn, typed=False, meta_keywords=False) -> list[ParamRow]:
+def declared_params(fn: Callable[..., Any], typed: bool = False, meta_keywords: bool = False) -> list[ParamRow]:
     """The parameter table `fn`'s annotations declare (Param.row). `typed`: every marker must carry a dtype.
     `meta_keywords`: keyword-only parameters are meta-parameters (a Triton launcher's), not in the table."""
     rows = []
@@ -392,7 +395,7 @@ def declared_params(fn, typed=False, meta_keywords=False) -> list[ParamRow]:
     return rows
 
 
-def table_of(specs: list[Spec], tensor_meta: list[tuple] | None = None) -> list[ParamRow]:
+def table_of(specs: list[Spec], tensor_meta: list[tuple[Sequence[int], str]] | None = None) -> list[ParamRow]:
     """The parameter table of an artifact compiled for the (stamped) `specs` (Spec.param_row): `tensor_meta`, the
     (shape, dtype name) of each tensor parameter in order where the compiler says what it takes (an exported
     program's inputs); by default each spec's own."""
@@ -400,7 +403,7 @@ def table_of(specs: list[Spec], tensor_meta: list[tuple] | None = None) -> list[
     return [s.param_row(metas) for s in specs]
 
 
-def stamp_all(specs: list[Spec], table: list[ParamRow]) -> list:
+def stamp_all(specs: list[Spec], table: list[ParamRow]) -> list[Spec]:
     """Stamp each spec with the direction of the same-named row of an ABI-checked table."""
     directions = {row.name: row.direction for row in table}
     return [s.stamped(directions[s.name]) for s in specs]

@@ -11,13 +11,14 @@ import importlib.util
 import pickletools
 import re
 import tempfile
+import typing
 from pathlib import Path
 from typing import cast
 
 from ..model.errors import VerificationFailure
 from ..model.hashing import digest_file
 from ..model.outputs import ValidateMeta
-from ..model.plan import REPLAY_MEANING, from_json
+from ..model.plan import REPLAY_MEANING, Plan, from_json
 from ..model.records import BadRecord, Manifest, Timing
 from ..planning.discover import plan_in_subprocess
 from ..project.config import DEFAULT_PROFILE, Project
@@ -127,7 +128,7 @@ def staleness(path: Path, manifest: Manifest, project: Path) -> list[str]:
         reason = plans[0].error if plans else f"{manifest.module} no longer defines it"
         return found + [f"the case cannot be found in the current source ({reason}): the saved data "
                         "is all that is left of it"]
-    current, saved = plans[0], manifest.fingerprints
+    current, saved = typing.cast(Plan, plans[0]), manifest.fingerprints  # its error is None: a Plan
     for field, meaning in REPLAY_MEANING.items():
         if field in saved and current.field_json(field) != saved[field]:  # dirs written before a field was recorded
             detail = ""

@@ -30,8 +30,8 @@ def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: 
                   golden_protected=plan.golden_protected,
                   keys={name: entry.key if entry else None for name, entry in entries.items()},
                   fingerprints={"kernel": plan.kernel, "policy": plan.policy, "golden": plan.golden},  # not a stage
-                  seconds=sum(Stats.of(entries[name]).seconds or 0.0 for name, state in stages.items()
-                              if state == StageState.RAN and entries[name]))
+                  seconds=sum(Stats.of(entry).seconds or 0.0 for name, state in stages.items()
+                              if state == StageState.RAN and (entry := entries[name])))
     for name, state in stages.items():
         if state.reached and (entry := entries[name]) and entry.meta.get("skipped"):
             stages[name] = StageState.SKIPPED

@@ -4,7 +4,6 @@ The store (storage.store) writes and finds entries; what one holds, and what its
 """
 import dataclasses
 import json
-import typing
 from typing import Any
 
 from ..model.hashing import digest_json
@@ -88,8 +87,7 @@ def _object_of(data: Any, where: str) -> StoredObject:
     if kind not in _KINDS:
         raise BadRecord(f"{where}: expected an object's record, its kind one of {', '.join(_KINDS)}, got "
                         f"{json.dumps(data)[:80]}")
-    # from_json makes an instance of the record type it is called on
-    return typing.cast(StoredObject, _KINDS[kind].from_json({k: v for k, v in data.items() if k != "kind"}, where))
+    return _KINDS[kind].from_json({k: v for k, v in data.items() if k != "kind"}, where)
 
 
 def _objects_json(objects: dict[str, StoredObject]) -> dict[str, dict[str, Any]]:
