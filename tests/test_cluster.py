@@ -149,7 +149,7 @@ def test_the_library_verifies_on_the_cluster_as_it_does_here(ray_cluster, tmp_pa
     made = len(list(proj.cache.glob("entries/*/*/*.json")))
     assert f"ray: {made} tasks submitted to {ray_cluster.address}" in run.stdout, run.stdout
     # twice and special share the entries of the stages their resources do not key: (stage, case) names each once
-    assert _digests(proj.cache) == _digests(local) and len(_digests(local)) == 17 + 8
+    assert _digests(proj.cache) == _digests(local) and len(_digests(local)) == 19 + 8
     hosts = [e["stats"]["node"]["host"] for e in proj.entries("bench")]
     assert len(hosts) == 4 and all(hosts)  # a timing names the machine it was measured on
 

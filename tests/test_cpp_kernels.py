@@ -107,7 +107,8 @@ def test_the_cpp_cases_verify_with_doit_and_cuda_is_skipped_not_passed(tmp_path)
     assert summary["counts"] == {"SKIPPED": 1, "PASS": 3} and proc.stdout.splitlines()[-1] == "4 cases: 1 SKIPPED, 3 PASS"
     assert rows["rms_norm_cuda"]["stages"]["compile"] == "ran" and rows["rms_norm_cuda"]["kernel_us"] is None
     assert [rows["rms_norm_cuda"]["stages"][s] for s in ("dispatch", "validate", "bench")] == ["skipped"] * 3
-    assert re.search(r"^rms_norm_cuda +SKIPPED( +\S+){4} +skipped +skipped ", proc.stdout, re.M)
+    policy = rows["rms_norm_cuda"]["stages"]["policy"]  # the columns: abi compile inputs golden dispatch policy validate
+    assert re.search(rf"^rms_norm_cuda +SKIPPED( +\S+){{4}} +skipped +{policy} +skipped ", proc.stdout, re.M), proc.stdout
     junit = ElementTree.parse(proj.path / "runs" / "report.xml").getroot()
     assert (junit.get("failures"), junit.get("errors"), junit.get("skipped")) == ("0", "0", "1")
     assert rows["rms_norm_cuda"]["skipped"].startswith("a CUDA kernel and no CUDA device here")

@@ -55,7 +55,7 @@ def verified(tmp_path_factory):
     return proj
 
 
-@pytest.mark.parametrize("stage, kind", [("compile", "file"), ("inputs", "tensor"), ("validate", "file")])
+@pytest.mark.parametrize("stage, kind", [("compile", "file"), ("inputs", "tensor"), ("policy", "file")])
 def test_damage_is_recomputed_and_the_case_passes_in_the_same_run(verified, stage, kind):
     flip_byte(object_of(verified, stage, "hello_world", kind))
     proc = verified.console("-n", "2", "--continue", "verify")

@@ -130,7 +130,7 @@ def test_a_failing_case_gets_one_reason_line_and_a_log(broken):
     assert proc.returncode == 1  # a case failed: doit's status 1, with --no-continue and -n as without
     assert proc.stdout.splitlines()[-1] == "2 cases: 1 FAIL, 1 PASS"
     # the figure that failed is shown, not "-"
-    assert re.search(r"^hello_world +FAIL( +\S+){10} +[0-9.]+e[+-]\d\d ", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^hello_world +FAIL( +\S+){11} +[0-9.]+e[+-]\d\d ", proc.stdout, re.M), proc.stdout
     shown = proc.stdout + proc.stderr
     assert "UnmetDependency" not in shown and "<stdout>" not in shown and "####" not in shown
     assert "\x1b" not in shown
