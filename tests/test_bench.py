@@ -175,7 +175,7 @@ def test_timings_are_not_reused_across_machines_and_fresh_measures_again(monkeyp
 
     plan = Plan(case="c", kernel="k", golden="g", policy="p")
     keyed = {s.name: graph.recipe(s, plan, {}) for s in STAGES}
-    assert all(("machine" in r) == (name in ("bench", "golden_bench")) for name, r in keyed.items())
+    assert all(("machine" in r) == (name in ("calibrate", "bench", "golden_bench")) for name, r in keyed.items())
     monkeypatch.setattr(toolchain, "machine", lambda: {"host": "elsewhere"})
     monkeypatch.setattr(graph, "machine", toolchain.machine)
     assert graph.recipe(BY_NAME["bench"], plan, {}) != keyed["bench"]

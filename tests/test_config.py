@@ -171,11 +171,11 @@ def test_summary_table_layout():
     assert per_rank == "r: per rank, median us: 0: 9.5, 1: 10.0; LOAD IMBALANCE: rank 1 was the slowest"
     assert header.split() == ["case", "status", "abi", "compile", "inputs", "golden", "dispatch", "policy", "validate",
                               "inputs2", "golden2", "bench", "golden_bench", "max", "err", "kernel", "median", "us",
-                              "golden", "median", "us", "speedup"]
+                              "GB/s", "TFLOP/s", "SOL", "golden", "median", "us", "speedup"]
     assert set(rule.replace(" ", "")) == {"-"}
     # a record written before the policy stage existed: its column says the stage did not run
     assert line.split() == ["c", "FAIL", "cached", "ran", "cached", "cached", "ran", "-", "FAILED", "cached", "cached",
-                            "-", "ran", "-", "10.0", "25.0", "2.50x"]
+                            "-", "ran", "-", "10.0", "-", "-", "-", "25.0", "2.50x"]
 
 
 def rows_of(*statuses: str) -> list:

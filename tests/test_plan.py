@@ -19,14 +19,14 @@ from golden_tasks.planning.library import run_variables
 
 def test_every_field_list_derives_from_the_declarations():
     assert plan.SOURCE_FIELDS == ("params", "signature", "specs", "seed", "kernel", "ranks", "resources", "golden",
-                                  "policy", "data_in", "data_out", "external")
+                                  "policy", "work", "data_in", "data_out", "external")
     assert plan.EVERY_STAGE == ("case", "module", "profile", "timeout")
     assert set(plan.REPLAY_MEANING) == set(plan.SOURCE_FIELDS)
     assert plan.VARIABLES == ("timeout", "backend", "options", "warmup", "rounds", "rse", "budget", "flush", "fresh")
     assert BY_NAME["abi"].plan_fields == ("params", "signature", "ranks", "nonce")
     assert BY_NAME["dispatch"].plan_fields == ("ranks", "resources", "external", "nonce")
     for stage in STAGES:
-        assert "nonce" in stage.plan_fields and ("external" in stage.plan_fields) == (stage.name != "abi")
+        assert "nonce" in stage.plan_fields and ("external" in stage.plan_fields) == (stage.name not in ("abi", "calibrate"))
 
 
 def test_a_stage_reads_only_its_key_and_the_context():

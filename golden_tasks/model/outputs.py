@@ -17,6 +17,7 @@ Skipped is never passed.
 import dataclasses
 from typing import Any, Protocol, Self
 
+from .machine import Limits
 from .records import JsonRecord, Timing
 from .rows import ParamRow, as_json, fields_from_json, rows_field
 
@@ -67,6 +68,23 @@ class DispatchMeta(Meta):
     # what the kernel returned that is none of its arguments ("a new float32 tensor of shape (8, 8)"): a
     # kernel that returns its result leaves its Out unwritten (validate says why)
     returned: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GoldenMeta(Meta):
+    # the floating-point operations the golden's run did, as torch.utils.flop_counter counts them (matmuls,
+    # convolutions, attention); 0 where it counts none; None where no golden ran (outputs read from a data dir)
+    flops: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineMeta(Meta):
+    limits: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # machine.Limits.to_json() per device
+
+    def of_device(self, device: str) -> Limits | None:
+        """The limits measured for `device` ("cpu" or "cuda"), or None."""
+        found = [Limits.from_json(record, "limits") for record in self.limits if record.get("device") == device]
+        return found[0] if found else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,3 +182,4 @@ class Upstream:
     validate: Outputs | None = None
     inputs2: Outputs | None = None
     golden2: Outputs | None = None
+    calibrate: Outputs | None = None

@@ -195,6 +195,9 @@ class Plan:
     # in no key: `fresh=1` measures the timing stages again and replaces their entries (stage_table.Stage.timing;
     # an entry's timings are outside its digest, so what reads it keeps its key and stays cached)
     fresh: bool = _field("run", variable=Variable(("fresh",), _fresh), default=False)
+    # the work the specs imply and the case declares (model.work.Work): the benchmark holds the kernel to it
+    work: dict[str, Any] = _field("case", default={},
+                                  replay="the work the case declares (bytes=, flops=) changed")
     data_in: dict[str, Any] = _field("case", default={},
                                      replay="the saved inputs come from other data files than the case's now")
     data_out: dict[str, Any] = _field("case", default={},

@@ -251,6 +251,29 @@ class Timing(JsonRecord):
 
 
 @dataclasses.dataclass(kw_only=True)
+class Speed(JsonRecord):
+    """A case's work, and its timing against it and this machine's limits (CaseRow.speed, made by
+    model.machine.speed); docs/performance.md says what each field means."""
+    _OMIT_NONE = True
+    bytes: int  # the bytes its work moves (model.work.Work.bytes)
+    bytes_from: str  # "specs" or "declared"
+    flops: float | None = None
+    flops_from: str | None = None  # "counted" (the golden's run) or "declared"
+    working_set: int  # bytes of every tensor it reads and writes: where on the bandwidth curve it sits
+    dtype: str | None = None  # the dtype its FLOP rate is taken at
+    gbps: float | None = None  # achieved, from the kernel's median
+    tflops: float | None = None
+    intensity: float | None = None  # FLOPs per byte
+    peak_gbps: float | None = None  # the machine's, at its working set
+    peak_tflops: float | None = None  # at its dtype
+    sol_us: float | None = None  # the speed-of-light time
+    bound: str | None = None  # which limit sets sol_us: "memory" or "compute"
+    sol: float | None = None  # sol_us / the median: 1.0 is at the limit
+    sol_err: float | None = None  # its 1-sigma uncertainty, from the timing's spread
+    device: str | None = None
+
+
+@dataclasses.dataclass(kw_only=True)
 class CaseRow(JsonRecord):
     """One case's summary in a run (pipeline.summary.case_row); docs/reports.md describes each field."""
     case: str
@@ -281,6 +304,8 @@ class CaseRow(JsonRecord):
     golden_protected: bool | None = None
     # what compile chose that the source does not say: an autotuned Triton kernel's configuration
     config: dict[str, Any] | None = None
+    # its work and what its timing makes of it against this machine's limits (model.machine.Speed)
+    speed: Speed | None = None
 
     def max_error(self) -> str:
         """The `max err` of the summary: what is worst about the outputs (elements unwritten, NaN, infinite:

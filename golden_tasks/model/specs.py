@@ -204,6 +204,12 @@ class Spec(Directed):
         value), or None."""
         raise NotImplementedError
 
+    @property
+    def rank_bytes(self) -> int:
+        """The bytes each rank's kernel reads or writes of it at least once (model.work): a tensor's view's,
+        none for a value passed by value."""
+        raise NotImplementedError
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TensorSpec(Spec):
@@ -307,6 +313,10 @@ class TensorSpec(Spec):
         view = dataclasses.replace(self, shape=view_shape(self.shape, self.resident), init_value=None, resident=None)
         return view if self._direction is None else view.stamped(self._direction)
 
+    @property
+    def rank_bytes(self) -> int:
+        return math.prod(self.rank_view().shape) * self.dtype.itemsize
+
     def mismatch(self, value: torch.Tensor) -> str | None:
         if tuple(value.shape) != self.shape or value.dtype != self.dtype:
             return (f"shape {tuple(value.shape)} {dtype_name(value.dtype)}, but spec {self.name!r} is "
@@ -372,6 +382,10 @@ class ScalarSpec(Spec):
     def rank_view(self) -> Self:
         """Itself: every rank receives its value."""
         return self
+
+    @property
+    def rank_bytes(self) -> int:
+        return 0
 
     def mismatch(self, value: torch.Tensor) -> str | None:
         if value.numel() != 1 or not bool(value.reshape(()).to(self.dtype) == self.tensor):

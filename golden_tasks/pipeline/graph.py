@@ -22,7 +22,7 @@ from typing import Any
 
 from ..model.hashing import digest_json
 from ..model.plan import Plan, StagePlan
-from ..project.toolchain import machine, pipeline_version, toolchain, visible_gpus
+from ..project.toolchain import machine, pipeline_version, toolchain
 from ..storage.entry import Entry
 from ..storage.store import Store
 from .stage_table import BY_NAME, STAGES, Stage
@@ -34,7 +34,7 @@ def recipe(stage: Stage, plan: Plan, upstream: dict[str, Entry]) -> dict[str, An
         "stage": stage.name,
         "pipeline": pipeline_version(),
         "toolchain": toolchain(),
-        **({"machine": machine()} if stage.timing else {}),
+        **({"machine": machine()} if stage.on_machine else {}),
         "plan": keyed(stage, plan),
         "upstream": {n: e.digest for n, e in upstream.items()},
     }
@@ -58,7 +58,7 @@ def parts_detail(stage: Stage, plan: Plan) -> dict[str, Any]:
 def _key(stage: Stage, plan: Plan, upstream: dict[str, Entry]) -> str:
     """The digest of the stage's recipe, made once per plan object for the same upstream digests and
     toolchain (a status check, a report row and a runtime dir each ask again in one run)."""
-    made = (stage.name, id(toolchain()), stage.timing and visible_gpus(), tuple(e.digest for e in upstream.values()))
+    made = (stage.name, id(toolchain()), stage.on_machine and id(machine()), tuple(e.digest for e in upstream.values()))
     if made not in plan.keys_made:
         plan.keys_made[made] = digest_json(recipe(stage, plan, upstream))
     key: str = plan.keys_made[made]

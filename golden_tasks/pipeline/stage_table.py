@@ -14,11 +14,22 @@ import dataclasses
 import enum
 from collections.abc import Callable
 
-from ..model.outputs import AbiMeta, BenchMeta, CompileMeta, DispatchMeta, InputsMeta, Meta, ValidateMeta
+from ..model.outputs import (
+    AbiMeta,
+    BenchMeta,
+    CompileMeta,
+    DispatchMeta,
+    GoldenMeta,
+    InputsMeta,
+    MachineMeta,
+    Meta,
+    ValidateMeta,
+)
 from ..model.plan import FIELDS, KEYED_EVERYWHERE, KEYED_WITH_USER_CODE, BenchSettings, Plan
 
 
 class StageName(enum.StrEnum):
+    CALIBRATE = "calibrate"
     ABI = "abi"
     COMPILE = "compile"
     INPUTS = "inputs"
@@ -58,8 +69,15 @@ class Stage:
     budget: Callable[[Plan], float] | None = None
     meta: type[Meta] = Meta  # the type of its outputs' meta (golden_tasks.model.outputs)
     timing: str | None = None  # the Stats field of the time it measures: the machine then enters its key
+    measures: bool = False  # its outputs describe this machine (a timing stage's do too): the machine enters its key
+    shown: bool = True  # the summary table has a column for it (not the machine's, which every case shares)
     folder: str | None = None  # where a runtime dir keeps its tensors
     replay: InReplay = InReplay.RUN
+
+    @property
+    def on_machine(self) -> bool:
+        """Whether its outputs are measurements of the machine it ran on, which its key then holds."""
+        return self.measures or bool(self.timing)
 
     @property
     def plan_fields(self) -> tuple[str, ...]:
@@ -73,6 +91,8 @@ class Stage:
             raise TypeError(f"the {self.name} stage runs in its caller's process: it has no budget")
         return self.budget(plan)
 
+
+MACHINE_SECONDS = 300.0  # what measuring a machine may take (stages.machine: seconds on a busy one)
 
 # Seconds a compile may spend in the compiler itself, beyond the case's timeout for each of the
 # two runs of the kernel body (the write check and the trace).
@@ -93,6 +113,11 @@ _INPUT_FIELDS = ("specs", "seed", "data_in")  # what makes an input set
 _GOLDEN_FIELDS = ("specs", "seed", "golden")  # what makes the golden's outputs on one
 
 STAGES = (
+    # reads nothing of a case: one entry per machine class, which every case's benchmark reads
+    Stage(StageName.CALIBRATE, "measure this machine's memory bandwidth and FLOP rates",
+          "golden_tasks.stages.calibrate",
+          user_code=False, loads_case=False, budget=lambda plan: MACHINE_SECONDS, meta=MachineMeta, measures=True,
+          shown=False, replay=InReplay.SAVED),
     Stage(StageName.ABI, "check the specs against the kernel's parameter table", "golden_tasks.stages.abi",
           fields=("params", "signature", "ranks"), user_code=False, isolated=False, loads_case=False, torch=False,
           meta=AbiMeta,
@@ -107,7 +132,7 @@ STAGES = (
           meta=InputsMeta, folder="data/in", replay=InReplay.SAVED),
     Stage(StageName.GOLDEN, "run the golden on the inputs (or read its outputs from a data dir)",
           "golden_tasks.stages.golden", reads=(StageName.ABI, StageName.INPUTS), fields=(*_GOLDEN_FIELDS, "data_out"),
-          budget=_making, folder="data/golden", replay=InReplay.SAVED),
+          budget=_making, meta=GoldenMeta, folder="data/golden", replay=InReplay.SAVED),
     Stage(StageName.DISPATCH, "run the compiled kernel on the inputs", "golden_tasks.stages.dispatch",
           reads=(StageName.ABI, StageName.COMPILE, StageName.INPUTS), fields=("ranks", "resources"),
           isolated=False, loads_case=False, meta=DispatchMeta, folder="data/out"),
@@ -128,8 +153,8 @@ STAGES = (
     Stage(StageName.BENCH, "time the kernel; recheck its last timed round and its outputs on the second input set",
           "golden_tasks.stages.bench",
           reads=(StageName.ABI, StageName.COMPILE, StageName.INPUTS, StageName.GOLDEN, StageName.POLICY,
-                 StageName.VALIDATE, StageName.INPUTS2, StageName.GOLDEN2),
-          fields=("ranks", "resources", "bench"), isolated=False, loads_case=False, meta=BenchMeta,
+                 StageName.VALIDATE, StageName.INPUTS2, StageName.GOLDEN2, StageName.CALIBRATE),
+          fields=("ranks", "resources", "bench", "work"), isolated=False, loads_case=False, meta=BenchMeta,
           timing="kernel_us"),
     Stage(StageName.GOLDEN_BENCH, "time the golden on the inputs", "golden_tasks.stages.golden_bench",
           reads=(StageName.ABI, StageName.INPUTS), after=(StageName.GOLDEN,),

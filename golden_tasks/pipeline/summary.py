@@ -5,10 +5,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from ..model.outputs import SAMPLES_FILE, BenchMeta, CompileMeta, Stats, ValidateMeta, Worst
+from ..model.machine import speed
+from ..model.outputs import SAMPLES_FILE, BenchMeta, CompileMeta, GoldenMeta, MachineMeta, Stats, ValidateMeta, Worst
 from ..model.plan import FailedPlan, Plan
-from ..model.records import CaseRow, Timing
+from ..model.records import CaseRow, Speed, Timing
 from ..model.verdicts import StageState, Verdict
+from ..model.work import Work
 from ..storage.entry import Entry
 from ..storage.store import Store
 from .graph import Lookups
@@ -63,6 +65,7 @@ def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: 
         noise = kernel_timing.median_rse, row.golden_timing.median_rse
         if noise[0] is not None and noise[1] is not None:  # relative standard errors add in quadrature
             row.speedup_err = row.speedup * (noise[0] ** 2 + noise[1] ** 2) ** 0.5
+    row.speed = _speed(plan, entries, None if caveat else kernel_timing)
     if errors or StageState.FAILED in stages.values():
         row.status, row.reason = Verdict.FAIL, _first_failure(errors)
     elif verdict and verdict.skipped:
@@ -77,6 +80,20 @@ def _timing(entry: Entry, field: str) -> Timing | None:
     timing: Timing | None = getattr(Stats.of(entry), field)  # a Stats field: kernel_us or golden_us
     record = entry.objects.get(SAMPLES_FILE)
     return timing and dataclasses.replace(timing, samples=None if record is None else record.digest)
+
+
+def _speed(plan: Plan, entries: Mapping[str, Entry | None], timing: Timing | None) -> Speed | None:
+    """The case's work, and what `timing` (None: no figure) makes of it against the machine's limits measured on
+    its device (model.machine.speed); None for a plan from before work was counted."""
+    if not plan.work:
+        return None
+    work, golden, calibrated = (Work.from_json(plan.work), entries[StageName.GOLDEN], entries[StageName.CALIBRATE])
+    counted = GoldenMeta.of(golden).flops if golden else None
+    limits = MachineMeta.of(calibrated).of_device(timing.device or "cpu" if timing else "cpu") if calibrated else None
+    return speed(work.bytes, "specs" if work.declared_bytes is None else "declared", work.flops(counted),
+                 None if work.flops(counted) is None else "counted" if work.declared_flops is None else "declared",
+                 work.working_set, work.dtype, limits, timing.median if timing else None,
+                 timing.median_rse if timing else None)
 
 
 def first_line(text: object) -> str:

@@ -6,6 +6,7 @@ import dataclasses
 import glob
 import importlib
 import inspect
+import math
 import os
 from pathlib import Path
 
@@ -14,9 +15,11 @@ from ..forms.untrusted import KernelFacts, KernelRef
 from ..model.compare import Policy
 from ..model.errors import SpecError, StalePlan
 from ..model.hashing import canonical_json, digest_file
+from ..model.origin import described
 from ..model.plan import SOURCE_FIELDS, BenchSettings, Plan
 from ..model.rows import placement_of
 from ..model.specs import Spec
+from ..model.work import Work
 from ..project import config
 from ..project.fingerprint import Fingerprinter
 from ..project.fingerprint_parts import changed_parts, parts
@@ -64,6 +67,11 @@ class Case(BenchSettings):
     # custom resources of a Ray cluster's nodes (name -> amount) that the stages running the kernel or the
     # golden ask for: {"H100": 1} times the case on the hardware it is meant for (docs/cluster.md)
     resources: dict = dataclasses.field(default_factory=dict)
+    # the work, where the specs' sum of reads and writes misleads and the golden's FLOPs are not what the kernel
+    # must do (docs/performance.md): a number, or a function of the specs (name -> spec) returning one; each is
+    # also the least the kernel must do, which its timing is held to (the benchmark's floor)
+    bytes: object = None
+    flops: object = None
     root: Path = None  # where relative file_deps are found: the module's directory (run(): the cwd)
 
     def resolved(self, module=None, kernel_facts: KernelFacts = None) -> "Case":
@@ -103,11 +111,40 @@ class Case(BenchSettings):
                 for k, v in self.resources.items())):
             raise SpecError(f"case {self.name!r}: resources must map resource names to amounts > 0, "
                             f"got {self.resources!r}")
+        work = {field: self._declared(field, specs) for field in ("bytes", "flops")}
         root = self.root or (Path(module.__file__).parent if module else Path.cwd())
-        return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, ranks=ranks,
+        return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, ranks=ranks, **work,
                                    root=Path(root).resolve(),
                                    compare=dict(self.compare or {}), options=dict(self.options or {}),
                                    file_deps=tuple(self.file_deps), env_deps=tuple(self.env_deps))
+
+    def _declared(self, field: str, specs: list) -> float | None:
+        """The case's `bytes` or `flops`: its number, or what its function of the specs returns; a SpecError
+        naming the case and the field for anything but a finite number >= 0."""
+        value = getattr(self, field)
+        if callable(value):
+            try:
+                value = value({s.name: s for s in specs})
+            except Exception as exc:  # noqa: BLE001 -- the user's function: its failure is the case's
+                raise SpecError(f"case {self.name!r}: {field}= raised {described(exc)}") from None
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value < math.inf):
+            raise SpecError(f"case {self.name!r}: {field}= must be a number >= 0 (or a function of the specs "
+                            f"returning one), got {_short_repr(value)}")
+        return value
+
+    def work(self) -> Work:
+        """The work of a resolved case, totalled over its ranks (model.work)."""
+        directions = {p.name: p.direction for p in self.kernel.params()}
+        moved = {d: self.ranks * sum(s.rank_bytes for s in self.specs if directions.get(s.name) in (d, "inout"))
+                 for d in ("in", "out")}
+        floating = {}
+        for s in self.specs:
+            if s.dtype.is_floating_point and not s.by_value:
+                floating[s.dtype] = floating.get(s.dtype, 0) + s.rank_bytes
+        dtype = str(max(floating, key=floating.__getitem__)).removeprefix("torch.") if floating else None
+        return Work(read=moved["in"], written=moved["out"], declared_bytes=self.bytes, declared_flops=self.flops,
+                    dtype=dtype)
 
     def policy(self) -> Policy:
         """How its outputs are validated (the validate stage's view of a case)."""
@@ -171,7 +208,7 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         ranks=case.ranks, resources=dict(case.resources),
         golden=fp(case.golden) if case.golden is not None else None,
         policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),
-        bench=case.bench_settings(), **data, external=external,
+        bench=case.bench_settings(), work=case.work().to_json(), **data, external=external,
         parts={"kernel": parts(case.kernel, fp),
                "golden": parts(case.golden, fp) if case.golden is not None else {}},  # not a stage: the function
         volatile=sorted(set(fp.volatile)), golden_protected=isinstance(case.kernel, KernelRef))

@@ -37,11 +37,21 @@ def _speedup(row: CaseRow) -> str:
     return f"{row.speedup:.2f}x" + ("" if row.speedup_err is None else f" ±{row.speedup_err:.2f}")
 
 
+def _sol(row: CaseRow) -> str:
+    """The fraction of the machine's speed of light the kernel reached, with its uncertainty where it has one."""
+    speed = row.speed
+    if speed is None or speed.sol is None:
+        return "-"
+    return f"{speed.sol:.2f}" + ("" if speed.sol_err is None else f" ±{speed.sol_err:.2f}")
+
+
 def format_table(rows: list) -> str:
-    header = ["case", "status", *[s.name for s in STAGES], "max err", "kernel median us", "golden median us",
-              "speedup"]
-    body = [[r.case, r.status, *(r.stages.get(s.name, StageState.NOT_RUN) for s in STAGES), r.max_error(),
-             _num(r.kernel_us, ".1f"), _num(r.golden_us, ".1f"), _speedup(r)] for r in rows]
+    columns = [s for s in STAGES if s.shown]
+    header = ["case", "status", *[s.name for s in columns], "max err", "kernel median us", "GB/s", "TFLOP/s", "SOL",
+              "golden median us", "speedup"]
+    body = [[r.case, r.status, *(r.stages.get(s.name, StageState.NOT_RUN) for s in columns), r.max_error(),
+             _num(r.kernel_us, ".1f"), _num(r.speed and r.speed.gbps, ".3g"), _num(r.speed and r.speed.tflops, ".3g"),
+             _sol(r), _num(r.golden_us, ".1f"), _speedup(r)] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -41,7 +41,9 @@ import time
 import torch
 
 from ..forms import isolate, ranks
+from ..model.machine import below_floor
 from ..model.outputs import POLICY_FILE, BenchMeta, Stats, Upstream
+from ..model.work import Work
 from ..storage.tensors import same_bits
 from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, load_checked, rank_stats
 from .inputs2 import unseen_sets
@@ -423,6 +425,10 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
             break
     else:
         raise StageFailed(f"{what} FAILED its timing (twice, in two pools of new processes): {doubt}")
+    limits = upstream.calibrate.meta.of_device(timing.device)
+    if not artifact.timing_caveat() and (faster := below_floor(Work.from_json(plan.work), limits, timing)):
+        raise StageFailed(f"{what} FAILED its timing: it is faster than this machine can do the work it cannot "
+                          f"avoid: {faster}")
     if judged:
         checks = {}
         for k, label in enumerate(("on the inputs", "on the second input set (seed + 1)" if checked

@@ -8,7 +8,7 @@ kernel mismatch against the untouched buffer. golden_bench times it on the same
 inputs, for the report's speedup.
 """
 from ..model.origin import described
-from ..model.outputs import Meta, Upstream
+from ..model.outputs import GoldenMeta, Upstream
 from ..planning import data
 from ..storage.tensors import same_bits
 from . import Outputs, StageFailed, make, stamped_specs
@@ -22,8 +22,21 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
         return Outputs(tensors={s.name: data.read(case.golden_from, "out", s.name).contiguous()
                                 for s in stamped_specs(case, abi) if s.is_output})
     if case.golden is None:
-        return Outputs(meta=Meta(skipped=NO_GOLDEN))
-    return Outputs(tensors=outputs_of(case, plan.case, plan.seed, abi, inputs))
+        return Outputs(meta=GoldenMeta(skipped=NO_GOLDEN))
+    with flop_counter() as counted:
+        tensors = outputs_of(case, plan.case, plan.seed, abi, inputs)
+    return Outputs(tensors=tensors, meta=GoldenMeta(flops=counted.get_total_flops()))
+
+
+def flop_counter():
+    """torch's FLOP counter, knowing the attention a CPU runs too (torch counts the GPU's kernels only)."""
+    import torch  # noqa: PLC0415
+    from torch.utils import flop_counter  # noqa: PLC0415
+
+    def cpu_attention(query, key, value, *args, out_shape=None, **kwargs):
+        return flop_counter.sdpa_flop_count(query, key, value)
+    return flop_counter.FlopCounterMode(
+        display=False, custom_mapping={torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: cpu_attention})
 
 
 def arguments(case, seed: int, abi, inputs) -> dict:
