@@ -26,7 +26,9 @@ def test_every_field_list_derives_from_the_declarations():
     assert BY_NAME["abi"].plan_fields == ("params", "signature", "ranks", "nonce")
     assert BY_NAME["dispatch"].plan_fields == ("ranks", "resources", "external", "nonce")
     for stage in STAGES:
-        assert "nonce" in stage.plan_fields and ("external" in stage.plan_fields) == (stage.name not in ("abi", "calibrate"))
+        assert ("nonce" in stage.plan_fields) == stage.per_case
+        assert ("external" in stage.plan_fields) == (stage.name not in ("abi", "calibrate"))
+    assert BY_NAME["calibrate"].plan_fields == ()  # one entry per machine class, whatever the case
 
 
 def test_a_stage_reads_only_its_key_and_the_context():

@@ -7,6 +7,7 @@
     golden-tasks replay RUNTIME_DIR     re-run a saved case: no compile, no kernel import
     golden-tasks compare A.json B.json  two run records case by case: status changes, timing verdicts
     golden-tasks node ARGS              start this machine as a Ray node of its class: `ray start ARGS`
+    golden-tasks machine [--measure]    this machine's measured bandwidth and FLOP rates (measure them now)
 
 --project DIR and --cache DIR go before or after the subcommand (after `node`, every argument is ray start's).
 """
@@ -21,15 +22,19 @@ from collections import Counter
 from pathlib import Path
 
 from ..model.hashing import digest_file
+from ..model.machine import Limits
+from ..model.outputs import MachineMeta, Stats
+from ..model.plan import Plan
 from ..pipeline import graph
 from ..pipeline.cluster import start_node
-from ..pipeline.stage_table import BY_NAME, STAGES
+from ..pipeline.stage_table import BY_NAME, STAGES, StageName
 from ..planning.library import planned_library, run_variables, unknown_variables
 from ..project import config
 from ..project.fingerprint_parts import changed_parts
 from ..project.layout import LayoutError
 from ..project.toolchain import node_class
 from ..reports.figures import drawn_from
+from ..reports.machine import format_limits
 from ..reports.runs_compare import DRIFT, FAIL_ON, BadRecord, compare
 from ..storage.entry import CorruptObject
 from ..storage.store import Store, object_problem
@@ -326,6 +331,9 @@ def main(argv=None) -> int:
     command("node", usage="golden-tasks node ARGS", help="start this machine as a Ray node of its class, for "
             "executor=ray: `ray start ARGS` (--head, --address ..., every argument after node is ray start's) with "
             "the class's resource added (docs/cluster.md)")
+    machine_p = command("machine", help="what the runs measured of this machine: memory bandwidth by working-set "
+                                        "size, matmul rates (docs/performance.md)")
+    machine_p.add_argument("--measure", action="store_true", help="measure it now, unless it was measured already")
     explain_p = command("explain", help="why STAGE:CASE is (not) up to date")
     explain_p.add_argument("target", metavar="STAGE:CASE")
     compare_p = command("compare", help="compare two run records (runs/report.json): status changes and "
@@ -392,7 +400,23 @@ def main(argv=None) -> int:
     if args.command == "explain":
         print(explain(args.project, store, args.target, args.variables))
         return 0
-    return {"stats": cmd_stats, "verify": cmd_verify, "gc": cmd_gc}[args.command](store, args)
+    return {"stats": cmd_stats, "verify": cmd_verify, "gc": cmd_gc, "machine": cmd_machine}[args.command](store, args)
+
+
+def cmd_machine(store: Store, args) -> int:
+    calibrate = BY_NAME[StageName.CALIBRATE]
+    if args.measure:
+        from ..pipeline.execution import execute  # noqa: PLC0415 -- imports torch
+
+        execute(calibrate, Plan(case="machine"), store)
+    found = [(Stats.of(entry).node or {}, limits) for _, entry in store.entries() if entry.stage == calibrate.name
+             for limits in map(Limits.from_json, MachineMeta.of(entry).limits)]
+    if not found:
+        print(f"nothing measured in {store.root} yet: `doit verify` measures this machine on its first run, "
+              "`golden-tasks machine --measure` now")
+        return 1
+    print(format_limits(found))
+    return 0
 
 
 if __name__ == "__main__":

@@ -142,9 +142,9 @@ def floor_us(written: int, declared_bytes: int | None, declared_flops: float | N
     ceiling = limits.ceiling_gbps(working_set)
     moved = max(written, declared_bytes or 0)
     if ceiling and moved:
-        did = f"wrote {_size(moved)}" if moved == written else f"moved {_size(moved)} (its declared minimum)"
+        did = f"wrote {size_text(moved)}" if moved == written else f"moved {size_text(moved)} (its declared minimum)"
         floors.append(Floor(moved / ceiling / 1e3, did, moved / 1e9, "GB/s", ceiling,
-                            f"at a {_size(working_set)} working set"))
+                            f"at a {size_text(working_set)} working set"))
     rates = [r * (1 + limits.tflops_spread.get(d, 0.0)) for d, r in limits.tflops.items()]
     if declared_flops and rates:
         floors.append(Floor(declared_flops / max(rates) / 1e6, f"did {declared_flops:.3g} FLOPs (its declared "
@@ -157,7 +157,9 @@ def below_floor(work: Work, limits: Limits | None, timing: Timing) -> str | None
     """Why the timing's median is below the least time this machine takes for the work the kernel cannot avoid
     (floor_us), or None. Only against limits measured on its device with at least its threads (more threads
     move bytes faster)."""
-    if limits is None or (timing.threads or 0) > (limits.threads or timing.threads or 0):
+    if limits is None or limits.device != timing.device:
+        return None
+    if (timing.threads or 0) > (limits.threads or timing.threads or 0):
         return None
     floor = floor_us(work.written, work.declared_bytes, work.declared_flops, work.working_set, limits)
     return floor.message(timing.median) if floor and timing.median < floor.us else None
@@ -167,7 +169,7 @@ def _duration(us: float) -> str:
     return f"{us / 1e3:.3g} ms" if us >= 1e3 else f"{us:.3g} us"
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.3g} {unit}"

@@ -122,7 +122,7 @@ class Lookups:
         it would not give; the reasons cost lookups only on a miss)."""
         if remeasured(stage, self.plan):
             return NotCached(Missing.REMEASURED, "")
-        if self.plan.volatile:  # every key holds this run's nonce (Plan.for_this_run): nothing is found
+        if self.plan.volatile and stage.per_case:  # its key holds this run's nonce (Plan.for_this_run): not found
             return NotCached(Missing.VOLATILE, "; ".join(self.plan.volatile))
         key, _ = self.resolve(stage)
         if key is None:

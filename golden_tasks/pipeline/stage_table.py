@@ -70,7 +70,9 @@ class Stage:
     meta: type[Meta] = Meta  # the type of its outputs' meta (golden_tasks.model.outputs)
     timing: str | None = None  # the Stats field of the time it measures: the machine then enters its key
     measures: bool = False  # its outputs describe this machine (a timing stage's do too): the machine enters its key
-    shown: bool = True  # the summary table has a column for it (not the machine's, which every case shares)
+    # its key holds the case (even the nonce of a plan with parts that cannot be fingerprinted), and the summary
+    # table has a column for it: not calibrate's, whose one entry per machine class every case shares
+    per_case: bool = True
     folder: str | None = None  # where a runtime dir keeps its tensors
     replay: InReplay = InReplay.RUN
 
@@ -82,7 +84,8 @@ class Stage:
     @property
     def plan_fields(self) -> tuple[str, ...]:
         """The plan fields that enter this stage's key, in the plan's order."""
-        keyed = {*self.fields, *KEYED_EVERYWHERE, *(KEYED_WITH_USER_CODE if self.user_code else ())}
+        keyed = {*self.fields, *(KEYED_EVERYWHERE if self.per_case else ()),
+                 *(KEYED_WITH_USER_CODE if self.user_code else ())}
         return tuple(f for f in FIELDS if f in keyed)
 
     def seconds(self, plan: Plan) -> float:
@@ -117,7 +120,7 @@ STAGES = (
     Stage(StageName.CALIBRATE, "measure this machine's memory bandwidth and FLOP rates",
           "golden_tasks.stages.calibrate",
           user_code=False, loads_case=False, budget=lambda plan: MACHINE_SECONDS, meta=MachineMeta, measures=True,
-          shown=False, replay=InReplay.SAVED),
+          per_case=False, replay=InReplay.SAVED),
     Stage(StageName.ABI, "check the specs against the kernel's parameter table", "golden_tasks.stages.abi",
           fields=("params", "signature", "ranks"), user_code=False, isolated=False, loads_case=False, torch=False,
           meta=AbiMeta,

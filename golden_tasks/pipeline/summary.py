@@ -89,7 +89,8 @@ def _speed(plan: Plan, entries: Mapping[str, Entry | None], timing: Timing | Non
         return None
     work, golden, calibrated = (Work.from_json(plan.work), entries[StageName.GOLDEN], entries[StageName.CALIBRATE])
     counted = GoldenMeta.of(golden).flops if golden else None
-    limits = MachineMeta.of(calibrated).of_device(timing.device or "cpu" if timing else "cpu") if calibrated else None
+    device, threads = (timing.device or "cpu", timing.threads) if timing else ("cpu", None)
+    limits = MachineMeta.of(calibrated).of_device(device, threads) if calibrated else None
     return speed(work.bytes, "specs" if work.declared_bytes is None else "declared", work.flops(counted),
                  None if work.flops(counted) is None else "counted" if work.declared_flops is None else "declared",
                  work.working_set, work.dtype, limits, timing.median if timing else None,

@@ -154,18 +154,16 @@ def _gpu_models() -> list:
 
 def machine() -> dict:
     """The machine a measurement was made on, which enters the keys of the stages that measure (timings, the
-    machine's limits) only: a measurement from another machine is never reused (the verdicts are). It holds
-    the threads a stage's thread pools get. The visibility mask is read on every call, as toolchain() reads
-    it; the same values give the same dict object (graph keys its memo of keys by it). On a cluster
-    (executor=ray) a stage runs on any node of this machine's class (node_class), so its hardware stands for
-    the machine, not its host name."""
-    context = config.current()
-    return _machine_of(visible_gpus(), context.executor == "ray", context.threads_per_worker())
+    machine's limits) only: a measurement from another machine is never reused (the verdicts are). The
+    visibility mask is read on every call, as toolchain() reads it; the same values give the same dict object
+    (graph keys its memo of keys by it). On a cluster (executor=ray) a stage runs on any node of this machine's
+    class (node_class), so its hardware stands for the machine, not its host name."""
+    return _machine_of(visible_gpus(), config.current().executor == "ray")
 
 
 @functools.cache
-def _machine_of(visible: str, on_cluster: bool, threads: int) -> dict:
-    found = {**hardware(), "visible": visible, "threads": threads}
+def _machine_of(visible: str, on_cluster: bool) -> dict:
+    found = {**hardware(), "visible": visible}
     if on_cluster:
         del found["host"]
     return found

@@ -46,7 +46,7 @@ def _sol(row: CaseRow) -> str:
 
 
 def format_table(rows: list) -> str:
-    columns = [s for s in STAGES if s.shown]
+    columns = [s for s in STAGES if s.per_case]
     header = ["case", "status", *[s.name for s in columns], "max err", "kernel median us", "GB/s", "TFLOP/s", "SOL",
               "golden median us", "speedup"]
     body = [[r.case, r.status, *(r.stages.get(s.name, StageState.NOT_RUN) for s in columns), r.max_error(),

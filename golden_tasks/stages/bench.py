@@ -425,7 +425,7 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
             break
     else:
         raise StageFailed(f"{what} FAILED its timing (twice, in two pools of new processes): {doubt}")
-    limits = upstream.calibrate.meta.of_device(timing.device)
+    limits = upstream.calibrate.meta.of_device(timing.device, timing.threads)
     if not artifact.timing_caveat() and (faster := below_floor(Work.from_json(plan.work), limits, timing)):
         raise StageFailed(f"{what} FAILED its timing: it is faster than this machine can do the work it cannot "
                           f"avoid: {faster}")

@@ -1,13 +1,13 @@
-"""Calibrate: measure what this machine can do, once per machine class (its key holds the toolchain, the hardware
-and the threads a stage gets, and nothing of a case, so every case shares its entry).
+"""Calibrate: measure what this machine can do, once per machine class (its key holds the toolchain and the
+hardware, and nothing of a case, so every case shares its entry).
 
 Memory bandwidth at working-set sizes from cache-resident to well beyond the last-level cache, each moved four
 ways (model.machine.KINDS): a STREAM triad (a = b + s * c), a copy, a read (a sum) and a write (torch's fill,
-and the C library's memset, whose large writes bypass the caches where the CPU allows), with the threads the
-benchmark gives a kernel. FLOP rates: torch's matmul at each floating dtype. Each figure is the best of repeated
-calls over a short span, with the median's shortfall from it as its uncertainty. On a GPU the same with device
-tensors timed by CUDA events, beside the device's datasheet figures where they are known. A project's own
-figures (`[tool.golden-tasks.machine]`, carried in the plan) replace the measured ones where it gives them.
+and the C library's memset, whose large writes bypass the caches where the CPU allows). FLOP rates: torch's
+matmul at each floating dtype. Each figure is the best of repeated calls over a short span, with the median's
+shortfall from it as its uncertainty, at every thread count a run gives a stage (widths): a case is held to the
+limits of the threads its benchmark had. On a GPU the same with device tensors timed by CUDA events, beside the
+device's datasheet figures where they are known.
 """
 import ctypes
 import ctypes.util
@@ -25,14 +25,15 @@ from ..model.machine import Bandwidth, Limits, datasheet
 from ..model.outputs import MachineMeta, Upstream
 from . import Outputs
 
-SPAN_S = 0.01  # seconds of calls each figure is the best of (at least CALLS calls)
+SPAN_S = 0.02  # seconds of calls each figure is the best of (at least CALLS calls)
 CALLS = 3
-MATMUL_N = {"float64": 384, "float32": 512, "bfloat16": 512, "float16": 512}  # square matmuls per dtype
+MATMUL_DTYPES = ("float64", "float32", "bfloat16", "float16")
+MATMUL_S = 0.002  # seconds a matmul of the size measured takes
 FLOAT = torch.float32
 
 
 def run(case, plan, workdir, upstream: Upstream) -> Outputs:
-    limits = [_cpu()]
+    limits = _cpu()
     if torch.cuda.is_available():
         limits.append(_cuda())
     return Outputs(meta=MachineMeta(limits=[found.to_json() for found in limits]))
@@ -87,48 +88,79 @@ def _memset(buffer: torch.Tensor, threads: int) -> Callable[[], object]:
     return lambda: list(pool.map(lambda part: libc.memset(part[0], 1, part[1]), parts))
 
 
-def bandwidth(size: int, device: str, timer: Callable[[Callable[[], object]], float], threads: int) -> Bandwidth:
-    """The four kinds' best GB/s at a working set of `size` bytes, each the best with `threads` threads and with
-    one (on a busy machine a parallel loop waits for its slowest thread: one thread alone is then faster)."""
+Timed = dict[str, tuple[float, float]]  # what -> (best seconds, the median's shortfall), at one thread count
+
+
+def _up_to(timed: dict[int, Timed]) -> dict[int, Timed]:
+    """Thread count -> the best of each measure at that many threads or fewer (a kernel given n threads may use
+    fewer: on a busy machine a parallel loop waits for its slowest thread, and one thread alone is faster)."""
+    return {width: {what: min(timed[w][what] for w in timed if w <= width) for what in timed[width]}
+            for width in timed}
+
+
+def widths(cores: int) -> list[int]:
+    """The thread counts measured: those a run gives a stage (its cores shared among doit's workers), as powers
+    of two and all of them."""
+    return sorted({*(1 << k for k in range(cores.bit_length()) if 1 << k <= cores), cores})
+
+
+def bandwidth(size: int, device: str, timer: Callable[[Callable[[], object]], float],
+              counts: list[int]) -> dict[int, Bandwidth]:
+    """Thread count -> the four kinds' best GB/s at a working set of `size` bytes (_up_to)."""
     n = size // FLOAT.itemsize
     a, b, c = (torch.ones(n // 3, dtype=FLOAT, device=device) for _ in range(3))
     src, dst = torch.ones(n // 2, dtype=FLOAT, device=device), torch.empty(n // 2, dtype=FLOAT, device=device)
     whole = torch.ones(n, dtype=FLOAT, device=device)
-    moves = {  # kind -> (calls, bytes each moves)
-        "triad": ([lambda: torch.add(b, c, alpha=3.0, out=a)], 3 * a.nbytes),
-        "copy": ([lambda: dst.copy_(src)], 2 * src.nbytes),
-        "read": ([lambda: whole.sum()], whole.nbytes),
-        "write": ([lambda: whole.fill_(1.0)] + ([_memset(whole, threads)] if device == "cpu" else []), whole.nbytes),
-    }
-    timed: dict[str, list[tuple[float, float]]] = {kind: [] for kind in moves}
-    for width in sorted({threads, 1}, reverse=True):
+    moved = {"triad": 3 * a.nbytes, "copy": 2 * src.nbytes, "read": whole.nbytes, "write": whole.nbytes}
+    timed: dict[int, Timed] = {}
+    for width in counts:
         torch.set_num_threads(width)
-        for kind, (calls, _) in moves.items():
-            timed[kind] += [best_of(call, timer) for call in calls]
-    torch.set_num_threads(threads)
-    best = {kind: min(found) for kind, found in timed.items()}
-    return Bandwidth(size=size, gbps={kind: moves[kind][1] / t / 1e9 for kind, (t, _) in best.items()},
-                     spread=max(shortfall for _, shortfall in best.values()))
+        calls = {"triad": [lambda: torch.add(b, c, alpha=3.0, out=a)], "copy": [lambda: dst.copy_(src)],
+                 "read": [whole.sum],
+                 "write": [lambda: whole.fill_(1.0)] + ([_memset(whole, width)] if device == "cpu" else [])}
+        timed[width] = {kind: min(best_of(call, timer) for call in found) for kind, found in calls.items()}
+    return {width: Bandwidth(size=size, gbps={kind: moved[kind] / t / 1e9 for kind, (t, _) in best.items()},
+                             spread=max(shortfall for _, shortfall in best.values()))
+            for width, best in _up_to(timed).items()}
 
 
-def flop_rates(device: str, timer: Callable[[Callable[[], object]], float]) -> tuple[dict, dict]:
-    """({dtype: best TFLOP/s of torch's matmul}, {dtype: its uncertainty})."""
-    rates, spreads = {}, {}
-    for name, n in MATMUL_N.items():
+def matmul_size(dtype: torch.dtype, device: str, timer: Callable[[Callable[[], object]], float]) -> int:
+    """The side of a square matmul at `dtype` that takes about MATMUL_S (from 128 to 2048, by 64s): large enough
+    to reach the rate, small enough where a dtype is emulated (float16 on most CPUs)."""
+    x = torch.ones(128, 128, dtype=dtype, device=device)
+    timer(functools.partial(torch.mm, x, x))
+    seconds = timer(functools.partial(torch.mm, x, x))
+    n = 128 * (MATMUL_S / max(seconds, 1e-9)) ** (1 / 3)
+    return int(min(max(n // 64 * 64, 128), 2048))
+
+
+def flop_rates(device: str, timer: Callable[[Callable[[], object]], float],
+               counts: list[int]) -> dict[int, tuple[dict[str, float], dict[str, float]]]:
+    """Thread count -> ({dtype: the best TFLOP/s of torch's matmul}, {dtype: its uncertainty}) (_up_to)."""
+    sides, timed = {}, {width: {} for width in counts}
+    for name in MATMUL_DTYPES:
         dtype = getattr(torch, name)
+        n = sides[name] = matmul_size(dtype, device, timer)
         x, y = torch.ones(n, n, dtype=dtype, device=device), torch.ones(n, n, dtype=dtype, device=device)
         out = torch.empty(n, n, dtype=dtype, device=device)
-        best, spreads[name] = best_of(functools.partial(torch.mm, x, y, out=out), timer)
-        rates[name] = 2 * n ** 3 / best / 1e12
-    return rates, spreads
+        for width in counts:
+            torch.set_num_threads(width)
+            timed[width][name] = best_of(functools.partial(torch.mm, x, y, out=out), timer)
+    return {width: ({name: 2 * sides[name] ** 3 / t / 1e12 for name, (t, _) in best.items()},
+                    {name: shortfall for name, (_, shortfall) in best.items()})
+            for width, best in _up_to(timed).items()}
 
 
-def _cpu() -> Limits:
+def _cpu() -> list[Limits]:
     start, threads = time.perf_counter(), torch.get_num_threads()
-    found = [bandwidth(size, "cpu", _cpu_timer, threads) for size in sizes(last_level_cache())]
-    rates, spreads = flop_rates("cpu", _cpu_timer)
-    return Limits(device="cpu", name=_cpu_name(), threads=threads, bandwidth=found, tflops=rates,
-                  tflops_spread=spreads, measured=time.time(), seconds=time.perf_counter() - start)
+    counts = widths(os.cpu_count() or 1)
+    found = [bandwidth(size, "cpu", _cpu_timer, counts) for size in sizes(last_level_cache())]
+    rates = flop_rates("cpu", _cpu_timer, counts)
+    torch.set_num_threads(threads)
+    name, seconds = _cpu_name(), time.perf_counter() - start
+    return [Limits(device="cpu", name=name, threads=width, bandwidth=[at[width] for at in found],
+                   tflops=rates[width][0], tflops_spread=rates[width][1], measured=time.time(), seconds=seconds)
+            for width in counts]
 
 
 def _cpu_name() -> str:
@@ -150,8 +182,9 @@ def _cuda_timer(call: Callable[[], object]) -> float:
 def _cuda() -> Limits:
     start = time.perf_counter()
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
-    found = [bandwidth(size, "cuda", _cuda_timer, 1) for size in sizes(l2) if size >= 1 << 20]
-    rates, spreads = flop_rates("cuda", _cuda_timer)
+    threads = [torch.get_num_threads()]
+    found = [bandwidth(size, "cuda", _cuda_timer, threads)[threads[0]] for size in sizes(l2) if size >= 1 << 20]
+    rates, spreads = flop_rates("cuda", _cuda_timer, threads)[threads[0]]
     name = torch.cuda.get_device_name()
     return Limits(device="cuda", name=name, bandwidth=found, tflops=rates, tflops_spread=spreads,
                   datasheet=datasheet(name), measured=time.time(), seconds=time.perf_counter() - start)

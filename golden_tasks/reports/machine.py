@@ -1,0 +1,33 @@
+"""`golden-tasks machine`: what the calibrate stage measured of this machine, as text.
+
+One block per device of each calibration in the store (one per machine class and thread count the runs used),
+newest first: the bandwidth at each working-set size by the way the bytes moved, the matmul rate per dtype,
+a GPU's datasheet figures beside them, and the figures a project declared in their place.
+"""
+import time
+
+from ..model.machine import KINDS, Limits, size_text
+
+
+def format_limits(found: list[tuple[dict, Limits]]) -> str:
+    """The calibrations `found` ((the machine its key names, its limits) each), newest first."""
+    blocks = []
+    for machine, limits in sorted(found, key=lambda pair: (-pair[1].measured, -(pair[1].threads or 0))):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(limits.measured))
+        threads = f", {limits.threads} thread{'s' if limits.threads > 1 else ''}" if limits.threads else ""
+        lines = [f"{limits.device}: {limits.name}{threads} on {machine.get('host', 'a node of its class')}, "
+                 f"measured {when} in {limits.seconds:.1f} s"]
+        header = ["working set", *KINDS, "best", "±"]
+        rows = [[size_text(b.size), *(f"{b.gbps[k]:.1f}" if k in b.gbps else "-" for k in KINDS), f"{b.best:.1f}",
+                 f"{b.spread:.0%}"] for b in limits.bandwidth]
+        widths = [max(len(x) for x in column) for column in zip(header, *rows)]
+        lines.append("  GB/s  " + "  ".join(h.rjust(w) for h, w in zip(header, widths)))
+        lines += ["        " + "  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in rows]
+        lines.append("  matmul TFLOP/s: " + ", ".join(f"{dtype} {rate:.3g}" for dtype, rate in limits.tflops.items()))
+        if limits.datasheet:
+            lines.append(f"  datasheet: {limits.datasheet['gbps']:g} GB/s, TFLOP/s "
+                         + ", ".join(f"{d} {r:g}" for d, r in limits.datasheet["tflops"].items()))
+        if limits.declared:
+            lines.append(f"  declared in [tool.golden-tasks.machine], used instead: {limits.declared}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
