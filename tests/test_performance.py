@@ -34,7 +34,7 @@ def test_the_bandwidth_at_a_working_set_is_the_best_at_the_largest_size_measured
     assert limits(gbps=3.0).gbps(1 << 20) == 3.0 and limits(tflops={"float32": 9.0}).flop_rate("float32") == 9.0
     # the floor's: the best of the two sizes at or below, raised by their uncertainty; none below the smallest
     assert machine.ceiling_gbps(1 << 10) is None
-    assert math.isclose(machine.ceiling_gbps(1 << 27), 12.0 * 1.1)
+    assert math.isclose(machine.ceiling_gbps(1 << 27), 12.0 * 1.5)
 
 
 def test_speed_is_throughput_and_the_fraction_of_the_speed_of_light():
@@ -53,18 +53,19 @@ def test_speed_is_throughput_and_the_fraction_of_the_speed_of_light():
 
 def test_the_floor_is_the_work_a_kernel_cannot_avoid_at_the_fastest_this_machine_did_it():
     machine = limits()
-    # writes 64 MiB at 13.2 GB/s at best: 12 GB/s at the next smaller size measured, raised by its uncertainty
+    # writes 64 MiB at 18 GB/s at best: 12 GB/s at the next smaller size measured, raised by its uncertainty (at
+    # least half: a process's bandwidth varies run to run more than one run's calls do)
     floor = floor_us(64 << 20, None, None, 128 << 20, machine)
-    assert math.isclose(floor.us, (64 << 20) / 13.2 / 1e3) and floor.did == "wrote 64 MiB"
+    assert math.isclose(floor.us, (64 << 20) / 18.0 / 1e3) and floor.did == "wrote 64 MiB"
     declared = floor_us(1 << 20, 256 << 20, None, 128 << 20, machine)
     assert declared.did == "moved 256 MiB (its declared minimum)"
-    flops = floor_us(0, None, 1e12, 1 << 10, machine)  # 1 TFLOP at 1.1 TFLOP/s, whatever the working set
-    assert math.isclose(flops.us, 1e6 / 1.1) and flops.unit == "TFLOP/s"
+    flops = floor_us(0, None, 1e12, 1 << 10, machine)  # 1 TFLOP at 1.5 TFLOP/s, whatever the working set
+    assert math.isclose(flops.us, 1e6 / 1.5) and flops.unit == "TFLOP/s"
     assert floor_us(1 << 10, None, None, 1 << 20, machine) is None  # 1 KiB: below what the calibration resolves
     timing = Timing(median=100.0, device="cpu", threads=2)
     work = Work(read=64 << 20, written=64 << 20)
     message = below_floor(work, machine, timing)
-    assert message.startswith("wrote 64 MiB in 100 us: 671 GB/s, above this machine's fastest 13.2 GB/s at a "
+    assert message.startswith("wrote 64 MiB in 100 us: 671 GB/s, above this machine's fastest 18 GB/s at a "
                               "128 MiB working set"), message
     assert below_floor(work, machine, Timing(median=20_000.0, device="cpu", threads=2)) is None  # slower: honest
     assert below_floor(work, machine, Timing(median=100.0, device="cpu", threads=4)) is None  # more threads

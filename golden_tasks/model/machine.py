@@ -23,6 +23,9 @@ from .work import Work
 KINDS = ("triad", "copy", "read", "write")  # how the bytes move, each measured at every size
 # Below this the floor holds nothing to account: a call's own overhead exceeds what the calibration resolves
 FLOOR_LEAST_US = 20.0
+# The least uncertainty of a calibrated figure, relative: one process's bandwidth and FLOP rate vary from run to
+# run by tens of percent (page placement, clocks, a neighbour's traffic), whatever the spread of one run's calls
+LEAST_UNCERTAINTY = 0.5
 
 # Datasheet figures of GPUs, dense (no sparsity): GB/s of their memory, TFLOP/s per dtype (float32 without
 # tensor cores). Matched by a substring of torch.cuda.get_device_name().
@@ -85,7 +88,7 @@ class Limits(JsonRecord):
         if size < self.bandwidth[0].size:
             return None
         near = self._near(size)[-2:]
-        return max(b.best * (1 + b.spread) for b in near)
+        return max(b.best * (1 + max(b.spread, LEAST_UNCERTAINTY)) for b in near)
 
     def _near(self, size: int) -> list[Bandwidth]:
         below = [b for b in self.bandwidth if b.size <= size]
@@ -145,7 +148,7 @@ def floor_us(written: int, declared_bytes: int | None, declared_flops: float | N
         did = f"wrote {size_text(moved)}" if moved == written else f"moved {size_text(moved)} (its declared minimum)"
         floors.append(Floor(moved / ceiling / 1e3, did, moved / 1e9, "GB/s", ceiling,
                             f"at a {size_text(working_set)} working set"))
-    rates = [r * (1 + limits.tflops_spread.get(d, 0.0)) for d, r in limits.tflops.items()]
+    rates = [r * (1 + max(limits.tflops_spread.get(d, 0.0), LEAST_UNCERTAINTY)) for d, r in limits.tflops.items()]
     if declared_flops and rates:
         floors.append(Floor(declared_flops / max(rates) / 1e6, f"did {declared_flops:.3g} FLOPs (its declared "
                             "minimum)", declared_flops / 1e12, "TFLOP/s", max(rates), "at any dtype"))

@@ -21,7 +21,8 @@ waits for it (the kernel can only make that span longer). The rounds must add up
 of it, less the harness's own steps between rounds, measured by the same loop around a call that does
 nothing: a patched clock, rewritten round times or work moved into the untimed steps fail. So does a
 Python thread or a process the kernel starts during a timed call and leaves running when it returns
-(work done after the call is not timed).
+(work done after the call is not timed). Nor can its median be below the least time this machine takes to
+write its outputs and do the work its case declares as a minimum (calibrate.beats_floor).
 
 A multi-rank kernel's calls are bracketed by barriers; each rank times its own call, a round takes as
 long as its slowest rank (the critical path), and a rank that is the slowest round after round is
@@ -41,11 +42,11 @@ import time
 import torch
 
 from ..forms import isolate, ranks
-from ..model.machine import below_floor
 from ..model.outputs import POLICY_FILE, BenchMeta, Stats, Upstream
 from ..model.work import Work
 from ..storage.tensors import same_bits
 from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, load_checked, rank_stats
+from .calibrate import beats_floor
 from .inputs2 import unseen_sets
 from .validate import blank
 
@@ -417,6 +418,9 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
         timing, (clock, forged) = rank_stats(per_rank, [r.placed for r in results]), clock_check(per_rank, witness)
         if left := next((r["left_running"] for r in per_rank if r["left_running"]), None):
             raise StageFailed(f"{what} FAILED its timing: {left}")
+        if not artifact.timing_caveat() and (faster := beats_floor(Work.from_json(plan.work), upstream.calibrate,
+                                                                   timing)):
+            raise StageFailed(f"{what} FAILED its timing: faster than this machine does the work it must: {faster}")
         unseen = unseen_rounds(draw, rule, len(sets) - 2)
         # judged by CPU time where the kernel runs on the CPU: a busy machine stretches the wall time of any
         # round, seen or not, but not the work the process did in it
@@ -425,10 +429,6 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
             break
     else:
         raise StageFailed(f"{what} FAILED its timing (twice, in two pools of new processes): {doubt}")
-    limits = upstream.calibrate.meta.of_device(timing.device, timing.threads)
-    if not artifact.timing_caveat() and (faster := below_floor(Work.from_json(plan.work), limits, timing)):
-        raise StageFailed(f"{what} FAILED its timing: it is faster than this machine can do the work it cannot "
-                          f"avoid: {faster}")
     if judged:
         checks = {}
         for k, label in enumerate(("on the inputs", "on the second input set (seed + 1)" if checked

@@ -21,19 +21,21 @@ from pathlib import Path
 
 import torch
 
-from ..model.machine import Bandwidth, Limits, datasheet
+from ..model.machine import Bandwidth, Limits, below_floor, datasheet
 from ..model.outputs import MachineMeta, Upstream
+from ..model.records import Timing
+from ..model.work import Work
 from . import Outputs
 
 SPAN_S = 0.02  # seconds of calls each figure is the best of (at least CALLS calls)
 CALLS = 3
 MATMUL_DTYPES = ("float64", "float32", "bfloat16", "float16")
-MATMUL_S = 0.002  # seconds a matmul of the size measured takes
+MATMUL_S = 0.005  # seconds a matmul of the size measured takes
 FLOAT = torch.float32
 
 
 def run(case, plan, workdir, upstream: Upstream) -> Outputs:
-    limits = _cpu()
+    limits = _cpu(widths(os.cpu_count() or 1))
     if torch.cuda.is_available():
         limits.append(_cuda())
     return Outputs(meta=MachineMeta(limits=[found.to_json() for found in limits]))
@@ -125,13 +127,13 @@ def bandwidth(size: int, device: str, timer: Callable[[Callable[[], object]], fl
 
 
 def matmul_size(dtype: torch.dtype, device: str, timer: Callable[[Callable[[], object]], float]) -> int:
-    """The side of a square matmul at `dtype` that takes about MATMUL_S (from 128 to 2048, by 64s): large enough
-    to reach the rate, small enough where a dtype is emulated (float16 on most CPUs)."""
-    x = torch.ones(128, 128, dtype=dtype, device=device)
-    timer(functools.partial(torch.mm, x, x))
-    seconds = timer(functools.partial(torch.mm, x, x))
-    n = 128 * (MATMUL_S / max(seconds, 1e-9)) ** (1 / 3)
-    return int(min(max(n // 64 * 64, 128), 2048))
+    """The side of a square matmul at `dtype` that takes about MATMUL_S (from 256 to 2048, by 64s), from the best
+    of a few at 256: large enough to reach the rate, small enough where a dtype is emulated (float16 on most
+    CPUs)."""
+    x = torch.ones(256, 256, dtype=dtype, device=device)
+    seconds = min(timer(functools.partial(torch.mm, x, x)) for _ in range(4))
+    n = 256 * (MATMUL_S / max(seconds, 1e-9)) ** (1 / 3)
+    return int(min(max(n // 64 * 64, 256), 2048))
 
 
 def flop_rates(device: str, timer: Callable[[Callable[[], object]], float],
@@ -151,9 +153,19 @@ def flop_rates(device: str, timer: Callable[[Callable[[], object]], float],
             for width, best in _up_to(timed).items()}
 
 
-def _cpu() -> list[Limits]:
+def beats_floor(work: Work, calibrated: Outputs, timing: Timing) -> str | None:
+    """Why a kernel's timing is below the floor of the work it cannot avoid (model.machine.below_floor), against
+    the stored limits and against limits measured again now (they may have been measured on a busier machine
+    than the kernel was timed on), or None."""
+    stored = calibrated.meta.of_device(timing.device, timing.threads)
+    if not below_floor(work, stored, timing):
+        return None
+    now = _cuda() if timing.device == "cuda" else _cpu(widths(timing.threads or 1))[-1]
+    return below_floor(work, now, timing)
+
+
+def _cpu(counts: list[int]) -> list[Limits]:
     start, threads = time.perf_counter(), torch.get_num_threads()
-    counts = widths(os.cpu_count() or 1)
     found = [bandwidth(size, "cpu", _cpu_timer, counts) for size in sizes(last_level_cache())]
     rates = flop_rates("cpu", _cpu_timer, counts)
     torch.set_num_threads(threads)
