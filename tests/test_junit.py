@@ -104,3 +104,18 @@ def test_write_replaces_the_file_whole(tmp_path):
     junit.write(path, run_record(row("a")))
     assert path.read_text(encoding="utf-8") == junit.to_xml(run_record(row("a")))
     assert [p.name for p in tmp_path.iterdir()] == ["report.xml"]  # no temporary file left
+
+
+def test_the_work_and_the_fraction_of_the_speed_of_light_are_properties_and_said_per_case(tmp_path, schemas):
+    speed = {"bytes": 1 << 20, "bytes_from": "specs", "flops": 2e6, "flops_from": "counted", "working_set": 1 << 21,
+             "gbps": 52.4, "tflops": 0.1, "sol_us": 8.0, "sol": 0.4, "sol_err": 0.01, "device": "cpu"}
+    path = tmp_path / "report.xml"
+    junit.write(path, run_record(row("copy", kernel=timing(20.0, 0.01), speed=speed)))
+    for schema in schemas:
+        schema.validate(str(path))
+    suite = ET.parse(path).getroot()
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert {name: properties[f"copy.{name}"] for name in ("bytes", "flops", "gbps", "tflops", "sol_us", "sol")} == {
+        "bytes": "1048576", "flops": "2000000.0", "gbps": "52.4", "tflops": "0.1", "sol_us": "8.0", "sol": "0.4"}
+    assert ("52.4 GB/s, 0.1 TFLOP/s, 0.40 ±0.01 of the speed of light (8 us)"
+            in suite.find("system-out").text), suite.find("system-out").text

@@ -149,3 +149,14 @@ def test_bad_input_exits_2_naming_the_file_and_field(tmp_path, a, b, message):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"golden-tasks compare: {message}")
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.e2e
+def test_the_fraction_of_the_speed_of_light_is_compared_where_the_runs_measured_it(tmp_path):
+    def measured(sol):
+        return row("rms_norm", speed={"bytes": 4096, "bytes_from": "specs", "working_set": 8192, "sol": sol})
+
+    proc = run(tmp_path, record(measured(0.41)), record(measured(0.52)))
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and "case      A median us  B median us  B/A           A SOL  B SOL  verdict" in lines
+    assert "rms_norm  20.00 ±1.0%  20.00 ±1.0%  1.000 ±0.045  0.41   0.52   UNCERTAIN" in lines, proc.stdout

@@ -4,8 +4,9 @@ One <testsuite name="golden-tasks"> holds one <testcase> per case (classname "go
 row's "seconds": this run's stage time of the case, 0 where absent). A FAIL carries a <failure> whose
 message is the row's reason and whose text is the full report, stage by stage (validation: the mismatch
 report); SKIPPED a <skipped> with the reason; INCOMPLETE (or any other status) an <error>. The timings
-go to the suite's <properties> ("CASE.kernel_us", "CASE.kernel_rse", "CASE.speedup", ...) and to its
-<system-out>, one line per case; the cases' warnings to its <system-err>.
+and the work's figures go to the suite's <properties> ("CASE.kernel_us", "CASE.kernel_rse", "CASE.gbps",
+"CASE.sol", "CASE.speedup", ...) and to its <system-out>, one line per case; the cases' warnings to its
+<system-err>.
 
 The file validates against the strict Ant JUnit schema (windyroad/JUnit-Schema), which allows nothing but
 the verdict inside a <testcase> and requires a timestamp without a time zone (written in UTC) and a
@@ -66,6 +67,9 @@ def _figures(row: CaseRow) -> dict:
                "kernel_rse": kernel and kernel.rse, "kernel_rounds": kernel and kernel.rounds,
                "golden_us": row.golden_us, "speedup": row.speedup, "speedup_err": row.speedup_err,
                "max_abs": row.max_abs, "unwritten": row.unwritten, "nan": row.nan, "inf": row.inf}
+    if speed := row.speed:
+        figures |= {"bytes": speed.bytes, "flops": speed.flops, "gbps": speed.gbps, "tflops": speed.tflops,
+                    "sol_us": speed.sol_us, "sol": speed.sol, "sol_err": speed.sol_err}
     return {name: value for name, value in figures.items() if value is not None}
 
 
@@ -77,6 +81,12 @@ def _summary_line(row: CaseRow) -> str:
         noise = f", mean ±{figures['kernel_rse']:.1%}" if "kernel_rse" in figures else ""
         rounds = f" over {figures['kernel_rounds']} rounds" if "kernel_rounds" in figures else ""
         words.append(f"kernel {figures['kernel_us']:.2f} us (median{noise}{rounds})")
+    if "gbps" in figures:
+        flops = f", {figures['tflops']:.3g} TFLOP/s" if "tflops" in figures else ""
+        words.append(f"{figures['gbps']:.3g} GB/s{flops}")
+    if "sol" in figures:
+        err = f" ±{figures['sol_err']:.2f}" if "sol_err" in figures else ""
+        words.append(f"{figures['sol']:.2f}{err} of the speed of light ({figures['sol_us']:.3g} us)")
     if "golden_us" in figures:
         words.append(f"golden {figures['golden_us']:.2f} us")
     if "speedup" in figures:

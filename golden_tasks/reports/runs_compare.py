@@ -118,16 +118,23 @@ def _table(lines: list) -> list:
     return ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in lines]
 
 
+def _sol(row: CaseRow) -> str:
+    """The fraction of the machine's speed of light the row's kernel reached ("-": none)."""
+    return "-" if row.speed is None or row.speed.sol is None else f"{row.speed.sol:.2f}"
+
+
 def _timings(cases: list, a_rows: dict, b_rows: dict, threshold: float, sigmas: float,
              drift: float) -> tuple[list, dict]:
     """The timing table of `cases` (in both runs) and the verdict of each case timed in both."""
-    table, verdicts = [["case", "A median us", "B median us", "B/A", "verdict"]], {}
+    table, verdicts = [["case", "A median us", "B median us", "B/A", "A SOL", "B SOL", "verdict"]], {}
+    # the fractions of the speed of light, where either run measured any (records from before have none)
+    sol = any(row.speed and row.speed.sol is not None for rows in (a_rows, b_rows) for row in rows.values())
     for case in cases:
         a, b = a_rows[case], b_rows[case]
         ta, tb = a.kernel_timing, b.kernel_timing
         if ta is None or tb is None:
             missing = [f"{side} {row.status}" for side, row in (("A", a), ("B", b)) if row.kernel_timing is None]
-            table.append([case, ta.describe() if ta else "-", tb.describe() if tb else "-", "-",
+            table.append([case, ta.describe() if ta else "-", tb.describe() if tb else "-", "-", _sol(a), _sol(b),
                           f"no kernel time: {', '.join(missing)}"])
             continue
         bench_key = a.keys.get(StageName.BENCH)
@@ -137,8 +144,8 @@ def _timings(cases: list, a_rows: dict, b_rows: dict, threshold: float, sigmas: 
             change = judge(ta, tb, threshold, sigmas, drift)
             note = " (no noise estimate: fewer than two rounds)" if change.err is None else ""
         verdicts[case] = change.verdict
-        table.append([case, ta.describe(), tb.describe(), change.describe(), change.verdict + note])
-    return _table(table), verdicts
+        table.append([case, ta.describe(), tb.describe(), change.describe(), _sol(a), _sol(b), change.verdict + note])
+    return _table([line if sol else line[:4] + line[6:] for line in table]), verdicts
 
 
 def compare(a_path: Path, b_path: Path, threshold: float = 0.02, sigmas: float = 3.0,
