@@ -114,7 +114,7 @@ def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_pat
     page = proj.path / "runs" / "report.html"
     drawn_by_the_run = page.read_text()
     # the figures are kept under the content they show: the next page is drawn from them, without plotting
-    assert len(list((proj.cache / "plots").glob("*.json"))) == 3
+    assert len(list((proj.cache / "plots").glob("*.json"))) == 3 + 1  # each case's, and the library's
     monkeypatch.setenv("GOLDEN_TASKS_CACHE", str(proj.cache))
     monkeypatch.setenv("GOLDEN_TASKS_RUNS", str(proj.path / "runs"))
     assert write_page_if_drawn(proj.path) and page.read_text() == drawn_by_the_run
@@ -126,6 +126,9 @@ def test_a_real_run_shows_where_the_failing_case_mismatches_in_a_browser(tmp_pat
     assert not re.findall(r"\bsrc=", text)
     assert {v.split(":")[0] for v in re.findall(r'href="([^"#]*)[#"]', text)} <= {"", "data"}
     assert "128 mismatching elements within rows 32..39 and columns 80..95 of 40 x 96" in text
+    # the library against the machine's limits: its bandwidth curve with the cases on it; no case does FLOPs
+    assert re.search(r'<figure class="plot" data-kind="bandwidth"[^>]*>', text) and "bandwidth by working-set" in text
+    assert "no case of this run does FLOPs that were counted or declared" in text
 
     dom = Sections(chromium(browser, tmp_path, "--dump-dom", page.as_uri()).stdout)
     assert dom.body.get("data-layout") == "done"  # the page's script ran after layout
@@ -297,7 +300,7 @@ def test_the_error_histogram_counts_each_judged_element_once_against_its_bound()
 ])
 def test_the_verdict_counts_a_skip_as_no_failure(statuses, passed, verdict):
     record = {"passed": passed, "cases": [{"case": f"c{i}", "status": s} for i, s in enumerate(statuses)]}
-    page = html_report_module.render(RunRecord.from_json(record), lambda row: [])
+    page = html_report_module.render(RunRecord.from_json(record), lambda row: [], [])
     assert f"<title>golden-tasks run: {verdict}</title>" in page
 
 

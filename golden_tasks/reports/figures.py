@@ -121,7 +121,7 @@ def ratio_histogram(gap, bound, per_decade: int = BINS_PER_DECADE) -> RatioHisto
 # -- drawing (matplotlib, Agg) to inline SVG
 
 
-def _figure(width: float, height: float):
+def new_figure(width: float, height: float):
     """A figure with fixed margins: a layout engine measured every tick label of every figure again,
     most of the page's drawing time."""
     from matplotlib.figure import Figure  # noqa: PLC0415 -- the report's own process only
@@ -131,7 +131,7 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _plain_log_labels(axis):
+def plain_log_labels(axis):
     """Label a log axis in plain text (1e-05, 0.1, 10): its default labels are TeX, parsed label by label."""
     from matplotlib import ticker  # noqa: PLC0415 -- the report's own process only
 
@@ -139,7 +139,7 @@ def _plain_log_labels(axis):
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def _svg(fig) -> str:
+def svg_of(fig) -> str:
     """The figure as an <svg> element: text as text (no glyph outlines), ids salted alike on every run."""
     import matplotlib  # noqa: PLC0415 -- the report's own process only
 
@@ -151,26 +151,26 @@ def _svg(fig) -> str:
 
 
 def draw_histogram(name: str, hist: RatioHistogram) -> str:
-    fig = _figure(5.2, 2.6)
+    fig = new_figure(5.2, 2.6)
     ax = fig.add_subplot()
     ax.stairs(hist.counts, hist.edges, fill=True, color="#4a7bb7")
     ax.axvline(1.0, color="#c0392b", linewidth=1.5, label="bound (pass at or below)")
     ax.set_xscale("log")
-    _plain_log_labels(ax.xaxis)
+    plain_log_labels(ax.xaxis)
     if any(hist.counts):
         ax.set_yscale("log")
-        _plain_log_labels(ax.yaxis)
+        plain_log_labels(ax.yaxis)
         ax.set_ylim(bottom=0.7)
     ax.set_xlabel(f"|actual - golden| / bound (first bin: <= {RATIO_FLOOR:g}, exact)")
     ax.set_ylabel("elements")
     ax.set_title(f"output {name!r}: error relative to its tolerance", fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
-    return _svg(fig)
+    return svg_of(fig)
 
 
 def draw_heat_map(name: str, shape: tuple, share, row_edges: list, col_edges: list) -> str:
     rows, cols = grid_shape(shape)
-    fig = _figure(5.2, 3.6)
+    fig = new_figure(5.2, 3.6)
     ax = fig.add_subplot()
     image = ax.imshow(share, cmap="Reds", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest",
                       extent=(0, cols, rows, 0))
@@ -179,7 +179,7 @@ def draw_heat_map(name: str, shape: tuple, share, row_edges: list, col_edges: li
     ax.set_xlabel(f"last dim (columns 0..{cols - 1}; {len(col_edges) - 1} bins)")
     ax.set_ylabel(f"rows ({leading}; {len(row_edges) - 1} bins)")
     ax.set_title(f"output {name!r}: where elements mismatch", fontsize=10)
-    return _svg(fig)
+    return svg_of(fig)
 
 
 def rounds_range(timing: Timing) -> tuple[float, float]:
@@ -197,7 +197,7 @@ def draw_rounds(timing: Timing) -> str:
     times, outliers = timing.times, set(timing.outlier_times)
     step = max(1, math.ceil(len(times) / MAX_ROUNDS_SHOWN))
     shown = [(i, t) for i, t in enumerate(times) if i % step == 0 or t in outliers]
-    fig = _figure(5.2, 2.6)
+    fig = new_figure(5.2, 2.6)
     ax = fig.add_subplot()
     low, high = rounds_range(timing)
     regular = [(i, t) for i, t in shown if t not in outliers]
@@ -218,7 +218,7 @@ def draw_rounds(timing: Timing) -> str:
     ax.set_ylabel("us")
     ax.set_title("kernel benchmark rounds", fontsize=10)
     ax.legend(fontsize=8, loc="best")
-    return _svg(fig)
+    return svg_of(fig)
 
 
 # -- a case's figures from the store

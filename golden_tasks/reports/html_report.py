@@ -32,6 +32,7 @@ from ..pipeline.stage_table import STAGES
 from ..pipeline.summary import first_line
 from ..project import config
 from ..storage.store import atomic_write
+from . import roofline
 from .figures import Plot, Sources, case_plots, drawing_code, plot_key, remember_plots, remembered_plots
 
 # -- the page
@@ -145,8 +146,8 @@ window.addEventListener("load", () => {
 """
 
 
-def render(record: RunRecord, plots_of) -> str:
-    """The page of a run record; `plots_of(row)` gives a case's Plots."""
+def render(record: RunRecord, plots_of, library: list[Plot]) -> str:
+    """The page of a run record; `plots_of(row)` gives a case's Plots, `library` the library's (roofline)."""
     rows = record.cases
     statuses = [r.status for r in rows]
     failed = [s for s in statuses if s.failed]
@@ -170,6 +171,7 @@ def render(record: RunRecord, plots_of) -> str:
 <p class="about">{_e(about)}</p>
 <table class="summary"><tr><th>case</th><th>status</th><th>reason</th><th>kernel median us</th><th>golden median us</th>
 <th>speedup</th></tr>{summary}</table>
+<div class="plots">{"".join(_plot_html(p) for p in library)}</div>
 {"".join(_case_html(r, plots_of(r)) for r in rows)}
 <script>{MEASURE}</script>
 </body></html>
@@ -190,7 +192,7 @@ def page_key(record: RunRecord) -> str:
     if None in figures:
         return None
     return digest_json({"record": {k: v for k, v in record.to_json().items() if k not in ("started", "finished")},
-                        "figures": figures, "code": drawing_code(__name__)})
+                        "figures": figures, "library": roofline.library_key(record), "code": drawing_code(__name__)})
 
 
 def _when(record: RunRecord) -> str:
@@ -208,10 +210,10 @@ def read_record(path: Path) -> RunRecord:
     return RunRecord.read(path)
 
 
-def write_page(project: Path, plots_of) -> Path:
+def write_page(project: Path, plots_of, library: list[Plot]) -> Path:
     """RUNS/report.html from RUNS/report.json; raises ValueError naming a bad record."""
     runs = config.Project.at(project).runs
-    page = render(read_record(runs / "report.json"), plots_of).encode()
+    page = render(read_record(runs / "report.json"), plots_of, library).encode()
     atomic_write(runs / "report.html", lambda f: f.write(page))
     return runs / "report.html"
 
@@ -230,9 +232,10 @@ def write_page_if_drawn(project: Path) -> bool:
         atomic_write(runs / "report.html", lambda f: f.write(page))
         return True
     plots = {row.case: remembered_plots(store, row) for row in record.cases}
-    if any(p is None for p in plots.values()):
+    library = roofline.remembered(store, record)
+    if any(p is None for p in plots.values()) or library is None:
         return False
-    write_page(project, lambda row: plots[row.case])
+    write_page(project, lambda row: plots[row.case], library)
     return True
 
 
@@ -272,7 +275,11 @@ def main(argv=None) -> int:
     elif undrawn:
         start_drawing(store)
         plots.update((row.case, draw(row)) for row in undrawn)
-    print(f"html report: {write_page(project, lambda row: plots[row.case])}")
+    if (library := roofline.remembered(store, record)) is None:
+        start_drawing(store)
+        library = roofline.library_plots(record, store)
+        roofline.remember(store, record, library)
+    print(f"html report: {write_page(project, lambda row: plots[row.case], library)}")
     return 0
 
 
