@@ -1,10 +1,16 @@
 """Shared fixtures: every test gets its own cache and runs directory, and the default profile; a run context a
 test enters (golden_tasks.project.config.RunContext) is left with it. Third-party warnings are filtered as a run
-filters them (golden_tasks.project.config.THIRD_PARTY_WARNINGS)."""
+filters them (golden_tasks.project.config.THIRD_PARTY_WARNINGS). Every test's cache (and every Project's) starts
+with this machine's calibration, measured once per session, as a user's cache holds it after its first run."""
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from filelock import FileLock
+from project import CALIBRATION, seed_calibration
 
 from golden_tasks.project.config import THIRD_PARTY_WARNINGS, RunContext
 
@@ -14,8 +20,25 @@ def pytest_configure(config):
         config.addinivalue_line("filterwarnings", f"ignore:{re.escape(message)}:{category.__name__}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def calibration(tmp_path_factory) -> Path:
+    """A cache holding this machine's calibration (the calibrate stage's entry), measured by the session's first
+    worker while the others wait: `golden-tasks machine --measure`, as a user would."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "calibration"
+    with FileLock(f"{root}.lock"):
+        if not (root / "entries").is_dir():
+            root.mkdir(exist_ok=True)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GOLDEN_TASKS_")}
+            subprocess.run([sys.executable, "-m", "golden_tasks.cli", "--cache", str(root), "machine", "--measure"],
+                           env=env, check=True, capture_output=True, timeout=600)
+    os.environ[CALIBRATION] = str(root)
+    return root
+
+
 @pytest.fixture(autouse=True)
 def isolated_dirs(tmp_path, monkeypatch):
+    seed_calibration(tmp_path / "cache")
     monkeypatch.setenv("GOLDEN_TASKS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("GOLDEN_TASKS_RUNS", str(tmp_path / "runs"))
     for name in RunContext().environment():  # as they are, so that what a test's code sets is undone

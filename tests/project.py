@@ -8,6 +8,16 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CALIBRATION = "GT_TEST_CALIBRATION"  # a cache holding this machine's calibration (conftest.calibration)
+
+
+def seed_calibration(cache: Path) -> None:
+    """Start `cache` with the session's calibration of this machine (its entries and their objects), so that no
+    test measures the machine again; a run whose key differs (another toolchain, a cluster) measures its own."""
+    if not (found := os.environ.get(CALIBRATION)):
+        return
+    for part in ("entries", "objects"):
+        shutil.copytree(Path(found) / part, cache / part, dirs_exist_ok=True)
 
 
 class Project:
@@ -20,6 +30,7 @@ class Project:
             if modules is None or source.stem in modules or source.stem.startswith("_"):
                 shutil.copy(source, path / "kernels" / source.name)
         self.cache = cache or path / "cache"
+        seed_calibration(self.cache)
         self.env = {**os.environ, "GOLDEN_TASKS_CACHE": str(self.cache), "GOLDEN_TASKS_RUNS": str(path / "runs"),
                     "PYTHONWARNINGS": "ignore",
                     # runs/report.html only where a test reads it: plotting costs seconds on every run that changes

@@ -76,7 +76,8 @@ def draw_roofline(record: RunRecord, limits: Limits) -> Plot:
     ax.set_xlim(low, high)
     ax.set_xlabel("arithmetic intensity (FLOPs per byte of its work)")
     ax.set_ylabel("GFLOP/s reached")
-    ax.set_title(f"roofline: {limits.name}, {limits.threads or ''} threads".replace(", threads", ""), fontsize=10)
+    threads = f", {limits.threads} thread{'s' if limits.threads > 1 else ''}" if limits.threads else ""
+    ax.set_title(f"roofline: {limits.name}{threads}", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     return Plot("roofline", f"{len(points)} cases that do FLOPs, under this machine's roofs", svg=svg_of(fig))
 
