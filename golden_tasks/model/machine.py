@@ -65,6 +65,7 @@ class Limits(JsonRecord):
     bandwidth: list[Bandwidth]  # by size, ascending
     tflops: dict[str, float]  # dtype name -> the best TFLOP/s of torch's matmul
     tflops_spread: dict[str, float] = dataclasses.field(default_factory=dict)
+    matmul_n: dict[str, int] = dataclasses.field(default_factory=dict)  # dtype -> the side of the matmul measured
     datasheet: dict[str, Any] | None = None
     declared: dict[str, Any] | None = None
     measured: float  # Unix time

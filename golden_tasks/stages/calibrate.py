@@ -137,8 +137,9 @@ def matmul_size(dtype: torch.dtype, device: str, timer: Callable[[Callable[[], o
 
 
 def flop_rates(device: str, timer: Callable[[Callable[[], object]], float],
-               counts: list[int]) -> dict[int, tuple[dict[str, float], dict[str, float]]]:
-    """Thread count -> ({dtype: the best TFLOP/s of torch's matmul}, {dtype: its uncertainty}) (_up_to)."""
+               counts: list[int]) -> tuple[dict[int, tuple[dict[str, float], dict[str, float]]], dict[str, int]]:
+    """(thread count -> ({dtype: the best TFLOP/s of torch's matmul}, {dtype: its uncertainty}) (_up_to),
+    {dtype: the side of the square matmul measured})."""
     sides, timed = {}, {width: {} for width in counts}
     for name in MATMUL_DTYPES:
         dtype = getattr(torch, name)
@@ -150,7 +151,7 @@ def flop_rates(device: str, timer: Callable[[Callable[[], object]], float],
             timed[width][name] = best_of(functools.partial(torch.mm, x, y, out=out), timer)
     return {width: ({name: 2 * sides[name] ** 3 / t / 1e12 for name, (t, _) in best.items()},
                     {name: shortfall for name, (_, shortfall) in best.items()})
-            for width, best in _up_to(timed).items()}
+            for width, best in _up_to(timed).items()}, sides
 
 
 def beats_floor(work: Work, calibrated: Outputs, timing: Timing) -> str | None:
@@ -167,12 +168,12 @@ def beats_floor(work: Work, calibrated: Outputs, timing: Timing) -> str | None:
 def _cpu(counts: list[int]) -> list[Limits]:
     start, threads = time.perf_counter(), torch.get_num_threads()
     found = [bandwidth(size, "cpu", _cpu_timer, counts) for size in sizes(last_level_cache())]
-    rates = flop_rates("cpu", _cpu_timer, counts)
+    rates, sides = flop_rates("cpu", _cpu_timer, counts)
     torch.set_num_threads(threads)
     name, seconds = _cpu_name(), time.perf_counter() - start
     return [Limits(device="cpu", name=name, threads=width, bandwidth=[at[width] for at in found],
-                   tflops=rates[width][0], tflops_spread=rates[width][1], measured=time.time(), seconds=seconds)
-            for width in counts]
+                   tflops=rates[width][0], tflops_spread=rates[width][1], matmul_n=sides, measured=time.time(),
+                   seconds=seconds) for width in counts]
 
 
 def _cpu_name() -> str:
@@ -196,7 +197,8 @@ def _cuda() -> Limits:
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     threads = [torch.get_num_threads()]
     found = [bandwidth(size, "cuda", _cuda_timer, threads)[threads[0]] for size in sizes(l2) if size >= 1 << 20]
-    rates, spreads = flop_rates("cuda", _cuda_timer, threads)[threads[0]]
+    rates, sides = flop_rates("cuda", _cuda_timer, threads)
     name = torch.cuda.get_device_name()
-    return Limits(device="cuda", name=name, bandwidth=found, tflops=rates, tflops_spread=spreads,
-                  datasheet=datasheet(name), measured=time.time(), seconds=time.perf_counter() - start)
+    return Limits(device="cuda", name=name, bandwidth=found, tflops=rates[threads[0]][0],
+                  tflops_spread=rates[threads[0]][1], matmul_n=sides, datasheet=datasheet(name), measured=time.time(),
+                  seconds=time.perf_counter() - start)
