@@ -57,7 +57,7 @@ def main() -> None:
             result = golden_tasks.run(fn=scale, specs=specs, golden=golden_scale,
                                       cache_dir=Path(tmp) / f"cache{repeat}", runs_dir=Path(tmp) / "runs", **rounds)
             assert result.passed, result.error
-            return result.bench
+            return result.bench.to_json()  # its figures by name, as Timer's are
 
         for repeat in range(args.repeats):
             measured = timer.blocked_autorange(min_run_time=2.0)

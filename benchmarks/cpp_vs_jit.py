@@ -35,7 +35,7 @@ def median_us(module, name: str, cache: str):
                               cache_dir=cache, runs_dir=f"{cache}/runs")
     if not result.passed:
         sys.exit(f"{name} did not pass:\n{result.error}")
-    return result.bench["median"], result.golden_bench["median"]
+    return result.bench.median, result.golden_bench.median
 
 
 def main():
@@ -49,7 +49,7 @@ def main():
             cpp_us, golden_us = median_us(cpp_kernels, cpp_name, f"{tmp}/cache")
             aoti_us, _ = median_us(importlib.import_module(f"kernels.{jit_name}"), jit_name, f"{tmp}/cache")
             rows.append((jit_name, cpp_us, aoti_us, golden_us))
-    print(f"medians of 100 rounds, microseconds; threads: {config.torch_threads()}")
+    print(f"medians of 100 rounds, microseconds; threads: {config.current().threads_per_worker()}")
     print(f"{'kernel':10} {'C++':>8} {'AOTI':>8} {'golden':>8} {'C++/AOTI':>9} {'golden/C++':>11}")
     for name, cpp_us, aoti_us, golden_us in rows:
         print(f"{name:10} {cpp_us:8.1f} {aoti_us:8.1f} {golden_us:8.1f} {cpp_us / aoti_us:9.2f} "

@@ -65,7 +65,7 @@ def small_timings(cache: str) -> list:
                                       runs_dir=f"{cache}/runs")
             if not result.passed:
                 sys.exit(f"{name} ({backend}) did not pass:\n{result.error}")
-            medians[backend], golden = result.bench["median"], result.golden_bench["median"]
+            medians[backend], golden = result.bench.median, result.golden_bench.median
         rows.append((name, medians["aoti"], medians["eager"], golden))
     return rows
 

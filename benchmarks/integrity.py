@@ -60,8 +60,8 @@ specs = [TensorSpec("x", (n, n), torch.float32, torch.randn), TensorSpec("out", 
 result = golden_tasks.run(fn=matmul, specs=specs, golden=golden, rtol=1e-4, atol=1e-3, name=f"matmul{n}",
                           cache_dir=cache, runs_dir=cache + "-runs")
 assert result.passed, result.error
-print(json.dumps({"median": result.bench["median"], "seconds": result.timings["bench"],
-                  "rounds": result.bench["rounds"]}))
+bench = result.bench if isinstance(result.bench, dict) else result.bench.to_json()  # --before: a dict
+print(json.dumps({"median": bench["median"], "seconds": result.timings["bench"], "rounds": bench["rounds"]}))
 '''
 
 

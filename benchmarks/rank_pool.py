@@ -17,6 +17,7 @@ same world size with gloo:
 import argparse
 import functools
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -66,7 +67,8 @@ def pool(world: int, values: int, rounds: int) -> tuple:
 
     from golden_tasks.forms import ranks
     from golden_tasks.model.outputs import InputsMeta, Outputs
-    from golden_tasks.stages.bench import time_kernel
+    from golden_tasks.model.plan import BenchSettings
+    from golden_tasks.stages import bench
     from kernels.collectives import allreduce, allreduce_specs
 
     directions = {p.name: p.direction for p in allreduce.params()}
@@ -76,11 +78,20 @@ def pool(world: int, values: int, rounds: int) -> tuple:
         inputs = Outputs(tensors={"x": torch.ones(world, values)}, meta=InputsMeta())
 
         def wall(n: int) -> float:
-            placement = ranks.Placement(artifact.table, {"x": "stacked"}, inputs, world)
-            start = time.perf_counter()
-            ranks.run(functools.partial(time_kernel, warmup=0, rounds=n), artifact, placement, 60.0, n + 1,
-                      "the benchmark")
-            return time.perf_counter() - start
+            # as stages.bench.run sets a pool up: two argument sets (here two copies of the inputs) the rounds
+            # alternate between, the buffers the ranks' sampled outputs go to, the witness of their CPU time
+            sets = [ranks.Placement(artifact.table, {"x": "stacked"}, inputs, world) for _ in range(2)]
+            witness = bench._Witness(world)
+            program = functools.partial(bench.time_kernel, rule=BenchSettings(warmup=0, rounds=n),
+                                        table=artifact.table, device=artifact.device, sets=len(sets),
+                                        draw=secrets.randbits(32), slots=bench._slots(sets[0]),
+                                        marks=witness.writer, read=witness.read)
+            try:
+                start = time.perf_counter()
+                ranks.run(program, artifact, sets[0], 60.0, n + 1, "the benchmark", also=sets[1:])
+                return time.perf_counter() - start
+            finally:
+                witness.close()
 
         wall(1)  # the forkserver starts once
         one, short, long = (min(wall(n) for _ in range(3)) for n in (1, rounds // 4, rounds))
