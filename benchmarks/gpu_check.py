@@ -16,7 +16,10 @@ runs in turn, within the run's budget (under 8 minutes), its output in OUT/logs/
     environment   Python, torch (against the package's floor), triton, the GPUs, nvcc, the sandbox
     library       the library's CUDA and Triton cases (compiled, bfloat16 included) and its CUDA multi-rank
                   case through real doit, cold, with flush=1: each PASS, or SKIPPED for a reason this machine
-                  gives (NCCL wants a GPU per rank: two ranks on one GPU are skipped, and the table says so)
+                  gives (NCCL wants a GPU per rank: two ranks on one GPU are skipped, and the table says so),
+                  with its GB/s, TFLOP/s and fraction of the speed of light (CUDA events, the L2 flushed)
+    limits        the GPU's bandwidth and matmul rates as the calibrate stage measured them, beside its
+                  datasheet: between a quarter of it and 5% above, or FAIL
     do_bench      the bench stage's mean of each Triton case against triton.testing.do_bench on the same
                   launcher, inputs and GPU (benchmarks/triton_vs_do_bench.py): within 5%, or FAIL
     gpu tests     `pytest -m gpu`: the tests of GPU paths that skip without a GPU (CUDA events and L2 flush, the
@@ -246,11 +249,14 @@ def check_library(run: Run) -> Path:
         return None
     rows = json.loads(record.read_text())["cases"]
     count, _ = _gpu()
-    lines, failed = ["| case | status | kernel mean us | why |", "| --- | --- | --- | --- |"], []
+    lines = ["| case | status | kernel mean us | GB/s | TFLOP/s | SOL | why |", "|" + " --- |" * 7]
+    failed = []
     for r in rows:
         why = r.get("reason") or r.get("skipped") or ""
         mean = (r.get("kernel_timing") or {}).get("mean")
-        lines.append(f"| {r['case']} | {r['status']} | {'-' if mean is None else f'{mean:.2f}'} | {why} |")
+        speed = [(r.get("speed") or {}).get(k) for k in ("gbps", "tflops", "sol")]
+        shown = " | ".join("-" if v is None else f"{v:.3g}" for v in speed)
+        lines.append(f"| {r['case']} | {r['status']} | {'-' if mean is None else f'{mean:.2f}'} | {shown} | {why} |")
         one_gpu_nccl = r["status"] == "SKIPPED" and count < 2 and "CUDA devices (NCCL" in why
         if r["status"] != "PASS" and not one_gpu_nccl:
             failed.append(f"{r['case']} {r['status']}")
@@ -261,6 +267,32 @@ def check_library(run: Run) -> Path:
         said.append("NCCL wants a GPU per rank: the two-rank case cannot run on one")
     run.row("library", "FAIL" if failed else "PASS", started, "; ".join(said))
     return record
+
+
+def check_limits(run: Run, cache: Path) -> None:
+    """The GPU's limits as the calibrate stage measured them (CUDA events), beside its datasheet: a measure
+    above the datasheet, or below a quarter of it, is a FAIL (the measure, not the GPU, is wrong)."""
+    started = time.monotonic()
+    found = [limits for path in cache.glob("entries/calibrate/*/*.json")
+             for limits in json.loads(path.read_text())["meta"]["limits"] if limits["device"] == "cuda"]
+    if not found:
+        run.row("limits", "FAIL", started, "no calibrate entry measured the GPU")
+        return
+    limits = found[0]
+    sheet = limits.get("datasheet") or {}
+    best = max(max(b["gbps"].values()) for b in limits["bandwidth"])
+    pairs = [("memory GB/s", best, sheet.get("gbps"))]
+    pairs += [(f"matmul {d} TFLOP/s", rate, (sheet.get("tflops") or {}).get(d)) for d, rate in limits["tflops"].items()]
+    lines = ["| figure | measured | datasheet | measured / datasheet |", "| --- | --- | --- | --- |"]
+    off = []
+    for what, measured, datasheet in pairs:
+        ratio = measured / datasheet if datasheet else None
+        lines.append(f"| {what} | {measured:.4g} | {datasheet or '-'} | {'-' if ratio is None else f'{ratio:.2f}'} |")
+        if ratio is not None and not 0.25 <= ratio <= 1.05:
+            off.append(f"{what} {ratio:.2f}")
+    run.sections.append(f"## {limits['name']}: measured limits beside the datasheet\n\n" + "\n".join(lines))
+    run.row("limits", "FAIL" if off else "PASS", started,
+            f"{limits['name']}: {best:.0f} GB/s measured" + (f"; off the datasheet: {', '.join(off)}" * bool(off)))
 
 
 def check_do_bench(run: Run, record: Path) -> None:
@@ -323,12 +355,15 @@ def run_checks(out: Path, wheels: Path) -> int:
     if run.dry:
         run.row("library", "SKIPPED", time.monotonic(), f"{no_gpu}; would verify {', '.join(CUDA_CASES + TRITON_CASES)}"
                                                          " with flush=1")
+        run.row("limits", "SKIPPED", time.monotonic(), f"{no_gpu}; would set the GPU's measured bandwidth and "
+                                                        "matmul rates beside its datasheet")
         run.row("do_bench", "SKIPPED", time.monotonic(), f"{no_gpu}; would time each Triton case that passed with "
                                                           "triton.testing.do_bench")
         check_gpu_tests(run)
     elif installed:
         record = check_library(run)
         if record is not None:
+            check_limits(run, run.out / "project" / "cache")
             check_do_bench(run, record)
         else:
             run.row("do_bench", "SKIPPED", time.monotonic(), "the library's run left no record")
