@@ -1,6 +1,6 @@
 """Shared fixtures: every test gets its own cache and runs directory, and the default profile; a run context a
 test enters (golden_tasks.project.config.RunContext) is left with it. Third-party warnings are filtered as a run
-filters them (golden_tasks.project.config.THIRD_PARTY_WARNINGS). Every test's cache (and every Project's) starts
+filters them (golden_tasks.project.config.THIRD_PARTY_WARNINGS). Every Project's cache (tests/project.py) starts
 with this machine's calibration, measured once per session, as a user's cache holds it after its first run."""
 import os
 import re
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
-from project import CALIBRATION, seed_calibration
+from project import CALIBRATION
 
 from golden_tasks.project.config import THIRD_PARTY_WARNINGS, RunContext
 
@@ -38,7 +38,6 @@ def calibration(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def isolated_dirs(tmp_path, monkeypatch):
-    seed_calibration(tmp_path / "cache")
     monkeypatch.setenv("GOLDEN_TASKS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("GOLDEN_TASKS_RUNS", str(tmp_path / "runs"))
     for name in RunContext().environment():  # as they are, so that what a test's code sets is undone

@@ -190,7 +190,7 @@ def child_run(project, preexec_fn=None, readonly=False, prefix=()):
 
 
 def test_unwritable_cache_is_a_clear_error_and_works_read_only(tmp_path):
-    proj = Project(tmp_path / "p", ("softmax",))
+    proj = Project(tmp_path / "p", ("softmax",), calibrated=False)
     proj.cache.mkdir()
     os.chmod(proj.cache, 0o555)
     prefix = ()

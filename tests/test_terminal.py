@@ -83,7 +83,7 @@ def on_terminal(project, *args, interrupt_on=None, env=None):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    proj = Project(tmp_path_factory.mktemp("terminal"), ("hello_world",), html=True)
+    proj = Project(tmp_path_factory.mktemp("terminal"), ("hello_world",), html=True, calibrated=False)
     (proj.path / "kernels" / "warns.py").write_text(WARNS)
     proj.cold = on_terminal(proj, "-n", "2", "verify", *FAST)
     return proj

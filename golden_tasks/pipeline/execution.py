@@ -251,6 +251,7 @@ def replay_stages(plan: Plan, saved: dict[StageName, Outputs], workdir: Path) ->
     outputs = dict(saved)
     for stage in STAGES:
         if stage.replay is InReplay.RUN:
-            inputs = {n: _copied(outputs[n]) if stage.isolated else outputs[n] for n in stage.reads}
+            inputs = {n: _copied(outputs[n]) if stage.isolated else outputs[n] for n in stage.reads
+                      if BY_NAME[n].replay is not InReplay.LEFT_OUT}
             outputs[stage.name] = _where_it_runs(stage, plan, call_stage, (stage.name, plan, inputs, workdir, ABSENT))
     return outputs

@@ -116,11 +116,12 @@ _INPUT_FIELDS = ("specs", "seed", "data_in")  # what makes an input set
 _GOLDEN_FIELDS = ("specs", "seed", "golden")  # what makes the golden's outputs on one
 
 STAGES = (
-    # reads nothing of a case: one entry per machine class, which every case's benchmark reads
+    # reads nothing of a case: one entry per machine class, which every case's benchmark reads (a replay's
+    # benchmark, on whatever machine replays it, is held to no floor)
     Stage(StageName.CALIBRATE, "measure this machine's memory bandwidth and FLOP rates",
           "golden_tasks.stages.calibrate",
           user_code=False, loads_case=False, budget=lambda plan: MACHINE_SECONDS, meta=MachineMeta, measures=True,
-          per_case=False, replay=InReplay.SAVED),
+          per_case=False, replay=InReplay.LEFT_OUT),
     Stage(StageName.ABI, "check the specs against the kernel's parameter table", "golden_tasks.stages.abi",
           fields=("params", "signature", "ranks"), user_code=False, isolated=False, loads_case=False, torch=False,
           meta=AbiMeta,

@@ -28,7 +28,7 @@ def library_key(record: RunRecord) -> str:
     its rows name, and the code that draws them."""
     speeds = [[row.case, row.speed and row.speed.to_json()] for row in record.cases]
     calibrated = sorted({key for row in record.cases if (key := row.keys.get(StageName.CALIBRATE))})
-    return digest_json({"speeds": speeds, "calibrate": calibrated, "code": drawing_code(__name__)})
+    return digest_json({"speeds": speeds, "limits": calibrated, "code": drawing_code(__name__)})
 
 
 def limits_of(record: RunRecord, store) -> Limits:

@@ -154,11 +154,11 @@ def flop_rates(device: str, timer: Callable[[Callable[[], object]], float],
             for width, best in _up_to(timed).items()}, sides
 
 
-def beats_floor(work: Work, calibrated: Outputs, timing: Timing) -> str | None:
+def beats_floor(work: Work, calibrated: Outputs | None, timing: Timing) -> str | None:
     """Why a kernel's timing is below the floor of the work it cannot avoid (model.machine.below_floor), against
     the stored limits and against limits measured again now (they may have been measured on a busier machine
-    than the kernel was timed on), or None."""
-    stored = calibrated.meta.of_device(timing.device, timing.threads)
+    than the kernel was timed on), or None; None without stored limits (a replay's benchmark)."""
+    stored = calibrated.meta.of_device(timing.device, timing.threads) if calibrated else None
     if not below_floor(work, stored, timing):
         return None
     now = _cuda() if timing.device == "cuda" else _cpu(widths(timing.threads or 1))[-1]
