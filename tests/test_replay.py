@@ -47,7 +47,7 @@ def test_runtime_dir_is_complete_linked_and_readable_without_the_package(project
     case_dir = project.path / "runs" / "rms_norm"
     manifest = json.loads((case_dir / "manifest.json").read_text())
     assert set(manifest["keys"]) == {"abi", "compile", "inputs", "golden", "dispatch", "policy", "validate", "inputs2",
-                                     "golden2", "bench", "golden_bench"}
+                                     "golden2", "bench", "golden_bench", "calibrate"}
     assert "policy.pkl" in manifest["files"]
     assert manifest["artifact"]["backend"] == "aoti" and (case_dir / "artifact" / "kernel.pt2").exists()
     assert manifest["profile"] == "default"
