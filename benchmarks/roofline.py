@@ -1,9 +1,9 @@
 """The machine's limits as golden-tasks measures them (the calibrate stage), beside independent measures, in
 one run; and every library case against them.
 
-- The bandwidth at each working-set size and thread count, beside a STREAM triad in numpy at the same sizes
-  and threads (the arrays split among that many threads: numpy lets go of the GIL in its loops; its two
-  passes' bytes counted): the calibrated triad within 15% of it.
+- The bandwidth at each working-set size and thread count, beside STREAM's Add in numpy (the triad's three
+  arrays in one pass) at the same sizes and threads (the arrays split among that many threads: numpy lets go
+  of the GIL in its loops): the calibrated triad within 15% of it.
 - The matmul rate at each dtype, beside torch.utils.benchmark.Timer on the same matmul (its side, its
   threads): within 10%.
 - How long the calibration takes cold, and that a second run reuses its entry (measures nothing).
@@ -38,18 +38,17 @@ BANDWIDTH_WITHIN, MATMUL_WITHIN = 0.15, 0.10
 
 
 def numpy_triad(size: int, threads: int, repeats: int = 20) -> float:
-    """GB/s of a = b + 3 * c over float32 arrays of `size` bytes in all, the best of `repeats` (as STREAM
-    reports). numpy makes it two passes (a = 3 * c, then a += b): five arrays' bytes move, and are counted. The
-    arrays are split among `threads` threads where each gets at least torch's grain (32768 elements) of them,
-    as torch splits its own loops."""
+    """GB/s of a STREAM kernel in numpy over float32 arrays of `size` bytes in all, the best of `repeats` (as STREAM
+    reports): its Add, a = b + c, which moves the triad's three arrays in one pass (numpy's a = b + 3 * c takes
+    two). The arrays are split among `threads` threads where each gets at least torch's grain (32768 elements) of
+    them, as torch splits its own loops."""
     n = size // 4 // 3
     a, b, c = np.ones(n, np.float32), np.ones(n, np.float32), np.ones(n, np.float32)
     parts = max(1, min(threads, n // 32768))
     chunks = [slice(i * n // parts, (i + 1) * n // parts) for i in range(parts)]
 
     def part(s: slice) -> None:
-        np.multiply(c[s], np.float32(3.0), out=a[s])
-        np.add(a[s], b[s], out=a[s])
+        np.add(b[s], c[s], out=a[s])
 
     best = float("inf")
     with ThreadPoolExecutor(parts) as pool:
@@ -60,7 +59,7 @@ def numpy_triad(size: int, threads: int, repeats: int = 20) -> float:
             else:
                 list(pool.map(part, chunks))
             best = min(best, time.perf_counter() - start)
-    return 5 * n * 4 / best / 1e9
+    return 3 * n * 4 / best / 1e9
 
 
 def timer_rate(dtype: str, n: int, threads: int) -> float:
@@ -93,7 +92,7 @@ def main() -> int:
         by_threads = {found.threads: found for found in map(Limits.from_json, MachineMeta.of(entry).limits)
                       if found.device == "cpu"}
     worst = []
-    print("\nbandwidth, GB/s: the calibrated triad and best beside a numpy STREAM triad (same size, threads)")
+    print("\nbandwidth, GB/s: the calibrated triad and best beside numpy's STREAM Add (same size, threads)")
     print(f"{'threads':>7}  {'working set':>11}  {'triad':>7}  {'best':>7}  {'numpy':>7}  {'triad/numpy':>11}")
     for threads, found in sorted(by_threads.items()):
         for band in found.bandwidth:
