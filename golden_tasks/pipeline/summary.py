@@ -88,11 +88,11 @@ def _speed(plan: Plan, entries: Mapping[str, Entry | None], timing: Timing | Non
     if not plan.work:
         return None
     work, golden, calibrated = (Work.from_json(plan.work), entries[StageName.GOLDEN], entries[StageName.CALIBRATE])
-    counted = GoldenMeta.of(golden).flops if golden else None
+    flops = work.flops(GoldenMeta.of(golden).flops if golden else None)
     device, threads = (timing.device or "cpu", timing.threads) if timing else ("cpu", None)
     limits = MachineMeta.of(calibrated).of_device(device, threads) if calibrated else None
-    return speed(work.bytes, "specs" if work.declared_bytes is None else "declared", work.flops(counted),
-                 None if work.flops(counted) is None else "counted" if work.declared_flops is None else "declared",
+    return speed(work.bytes, "specs" if work.declared_bytes is None else "declared", flops,
+                 None if flops is None else "counted" if work.declared_flops is None else "declared",
                  work.working_set, work.dtype, limits, timing.median if timing else None,
                  timing.median_rse if timing else None)
 

@@ -9,14 +9,19 @@ import time
 from ..model.machine import KINDS, Limits, size_text
 
 
+def threads_text(limits: Limits) -> str:
+    """", 2 threads" (a CPU's limits), or "" (a GPU's)."""
+    return f", {limits.threads} thread{'s' if limits.threads > 1 else ''}" if limits.threads else ""
+
+
 def format_limits(found: list[tuple[dict, Limits]]) -> str:
     """The calibrations `found` ((the machine its key names, its limits) each), newest first."""
     blocks = []
     for machine, limits in sorted(found, key=lambda pair: (-pair[1].measured, -(pair[1].threads or 0))):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(limits.measured))
-        threads = f", {limits.threads} thread{'s' if limits.threads > 1 else ''}" if limits.threads else ""
-        lines = [f"{limits.device}: {limits.name}{threads} on {machine.get('host', 'a node of its class')}, "
-                 f"measured {when} in {limits.seconds:.1f} s"]
+        host = machine.get("host", "a node of its class")
+        lines = [f"{limits.device}: {limits.name}{threads_text(limits)} on {host}, measured {when} in "
+                 f"{limits.seconds:.1f} s"]
         header = ["working set", *KINDS, "best", "±"]
         rows = [[size_text(b.size), *(f"{b.gbps[k]:.1f}" if k in b.gbps else "-" for k in KINDS), f"{b.best:.1f}",
                  f"{b.spread:.0%}"] for b in limits.bandwidth]

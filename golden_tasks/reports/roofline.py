@@ -21,6 +21,7 @@ from ..model.records import RunRecord
 from ..pipeline.stage_table import StageName
 from ..storage.store import atomic_write
 from .figures import Plot, Unplottable, drawing_code, new_figure, plain_log_labels, svg_of
+from .machine import threads_text
 
 
 def library_key(record: RunRecord) -> str:
@@ -76,8 +77,7 @@ def draw_roofline(record: RunRecord, limits: Limits) -> Plot:
     ax.set_xlim(low, high)
     ax.set_xlabel("arithmetic intensity (FLOPs per byte of its work)")
     ax.set_ylabel("GFLOP/s reached")
-    threads = f", {limits.threads} thread{'s' if limits.threads > 1 else ''}" if limits.threads else ""
-    ax.set_title(f"roofline: {limits.name}{threads}", fontsize=10)
+    ax.set_title(f"roofline: {limits.name}{threads_text(limits)}", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     return Plot("roofline", f"{len(points)} cases that do FLOPs, under this machine's roofs", svg=svg_of(fig))
 

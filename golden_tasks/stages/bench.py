@@ -45,7 +45,7 @@ from ..forms import isolate, ranks
 from ..model.outputs import POLICY_FILE, BenchMeta, Stats, Upstream
 from ..model.work import Work
 from ..storage.tensors import same_bits
-from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, load_checked, rank_stats
+from . import BenchSettings, Outputs, StageFailed, adaptive_rounds, cache_flush, cuda_timer, load_checked, rank_stats
 from .calibrate import beats_floor
 from .inputs2 import unseen_sets
 from .validate import blank
@@ -75,19 +75,6 @@ class _Fresh:
     def __call__(self) -> None:
         for arg, initial in self.restore:
             arg.copy_(initial)
-
-
-def _cuda_timer():
-    """Times one call with CUDA events (the GPU's own clock), in microseconds."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def timer(call) -> float:
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3
-    return timer
 
 
 def _device(device: str) -> dict:
@@ -208,7 +195,7 @@ def time_kernel(kernel, args: list, rank, rule: BenchSettings, table: list, devi
         if round_ is not None and now["set"] < 2:
             reservoir.offer(now["set"], round_, per_set[now["set"]])
 
-    timer = _cuda_timer() if device == "cuda" else None
+    timer = cuda_timer() if device == "cuda" else None
     agree = rank.agree if several else None
 
     def mark(what: str) -> None:

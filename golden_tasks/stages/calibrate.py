@@ -25,7 +25,8 @@ from ..model.machine import Bandwidth, Limits, below_floor, datasheet
 from ..model.outputs import MachineMeta, Upstream
 from ..model.records import Timing
 from ..model.work import Work
-from . import Outputs
+from ..project.toolchain import hardware
+from . import Outputs, cuda_timer
 
 SPAN_S = 0.02  # seconds of calls each figure is the best of (at least CALLS calls)
 CALLS = 3
@@ -170,34 +171,23 @@ def _cpu(counts: list[int]) -> list[Limits]:
     found = [bandwidth(size, "cpu", _cpu_timer, counts) for size in sizes(last_level_cache())]
     rates, sides = flop_rates("cpu", _cpu_timer, counts)
     torch.set_num_threads(threads)
-    name, seconds = _cpu_name(), time.perf_counter() - start
+    name, seconds = hardware()["cpu"], time.perf_counter() - start
     return [Limits(device="cpu", name=name, threads=width, bandwidth=[at[width] for at in found],
                    tflops=rates[width][0], tflops_spread=rates[width][1], matmul_n=sides, measured=time.time(),
                    seconds=seconds) for width in counts]
-
-
-def _cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return os.uname().machine
-
-
-def _cuda_timer(call: Callable[[], object]) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    call()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
 
 
 def _cuda() -> Limits:
     start = time.perf_counter()
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
     threads = [torch.get_num_threads()]
-    found = [bandwidth(size, "cuda", _cuda_timer, threads)[threads[0]] for size in sizes(l2) if size >= 1 << 20]
-    rates, sides = flop_rates("cuda", _cuda_timer, threads)
+    events = cuda_timer()
+
+    def timer(call: Callable[[], object]) -> float:
+        return float(events(call)) / 1e6  # seconds
+
+    found = [bandwidth(size, "cuda", timer, threads)[threads[0]] for size in sizes(l2) if size >= 1 << 20]
+    rates, sides = flop_rates("cuda", timer, threads)
     name = torch.cuda.get_device_name()
     return Limits(device="cuda", name=name, bandwidth=found, tflops=rates[threads[0]][0],
                   tflops_spread=rates[threads[0]][1], matmul_n=sides, datasheet=datasheet(name), measured=time.time(),
