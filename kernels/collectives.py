@@ -17,6 +17,8 @@ single-process math on the whole tensors, in float64. Specs take the world size
 - ep_moe: top-1 mixture of experts with the experts split across ranks (expert
   parallel): all-to-all dispatch of each token to its expert's rank, the expert
   matmul there, all-to-all combine back, scaled by the gate.
+
+They name no baseline: each body is already plain torch and torch.distributed, run eagerly.
 """
 import functools
 

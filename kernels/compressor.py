@@ -171,11 +171,11 @@ STATE_TOLERANCE = Allclose(rtol=1e-5, atol=1e-5)
 CMP_TOLERANCE = Allclose(rtol=2 ** -7, atol=1e-5)
 COMPARE = {"compress_state": STATE_TOLERANCE, "cmp_kv": CMP_TOLERANCE}
 
-CASES = [
+CASES = [  # each compared with the kernel's body run eagerly: plain torch at its dtypes
     Case("compressor_ratio128", specs=functools.partial(standalone_specs, DIMS, DIMS.hca_ratio, 0),
          kernel=compressor, golden=functools.partial(golden_compress, chunk=DIMS.chunk),
-         compare=COMPARE),
+         compare=COMPARE, baselines={"eager": compressor.fn}),
     Case("compressor_ratio4", specs=functools.partial(standalone_specs, DIMS, DIMS.csa_ratio, 0),
          kernel=compressor, golden=functools.partial(golden_compress, chunk=DIMS.chunk),
-         compare=COMPARE),
+         compare=COMPARE, baselines={"eager": compressor.fn}),
 ]

@@ -239,7 +239,10 @@ def case(name: str, seed: int = 0) -> Case:
         "decode_csa": (functools.partial(compressed_decode_specs, DIMS, DIMS.csa_ratio, seed, indexer=True),
                        decode_csa, golden_decode_csa, COMPARE),
     }[name]
-    return Case(name, specs=specs, kernel=kernel, golden=golden, compare=compare, seed=seed)
+    # compared with its own body run eagerly (plain torch at its dtypes, what AOTInductor's compile bought); the
+    # tensor-parallel kernel runs eagerly already
+    baselines = {"eager": kernel.fn} if kernel.ranks == 1 else {}
+    return Case(name, specs=specs, kernel=kernel, golden=golden, compare=compare, seed=seed, baselines=baselines)
 
 
 FLAGSHIPS = ("decode_swa", "decode_hca", "decode_csa")

@@ -20,6 +20,15 @@ def gemm(a: In, b: In, c: Out):
     c.copy_(acc.to(c.dtype))
 
 
+def gemm_torch(a: In, b: In, c: Out):
+    """Baseline: torch's matmul at the kernel's dtype, into the output."""
+    torch.mm(a, b, out=c)
+
+
+# what the kernel is compared with: torch's matmul, eager and compiled by AOTInductor (torch.compile's compiler)
+BASELINES = {"torch": gemm_torch, "inductor": jit(gemm_torch)}
+
+
 def golden_gemm(t):
     """Reference: one float64 matmul."""
     t["c"].copy_(t["a"].double() @ t["b"].double())
@@ -36,7 +45,7 @@ def specs(dtype):
 CASES = [
     # fp32 dot products of K=96 in another order; sums cancel, so the error is absolute:
     # ~ sqrt(K)·u·Σ|a·b| ≈ 10 · 6e-8 · 60 ≈ 4e-5 (observed ≤ 1.2e-5).
-    Case("gemm", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-4),
+    Case("gemm", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-4, baselines=BASELINES),
     # bf16 output: both sides round the same value, 1 ulp = 2^-7 relative, plus the fp32 absolute error.
-    Case("gemm_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-4),
+    Case("gemm_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-4, baselines=BASELINES),
 ]

@@ -164,5 +164,6 @@ CASES = [
     # only where scores tie within that tolerance.
     Case("indexer", specs=functools.partial(standalone_specs, DIMS, 0), kernel=indexer, golden=golden_indexer,
          compare={"idx_scores": Allclose(rtol=1e-5, atol=0.0),
-                  "idx_topk": topk_pair_compare("idx_scores", rtol=1e-5)}),
+                  "idx_topk": topk_pair_compare("idx_scores", rtol=1e-5)},
+         baselines={"eager": indexer.fn}),  # its body run eagerly: plain torch at its dtypes
 ]

@@ -2,6 +2,7 @@
 import functools
 
 import torch
+import torch.nn.functional as F
 
 from golden_tasks import Case, In, Out, Scalar, ScalarSpec, TensorSpec, jit
 
@@ -33,6 +34,15 @@ def layer_norm(x: In, weight: In, bias: In, eps: Scalar, out: Out):
     out.copy_(((xf - mean) * inv_std * weight.float() + bias.float()).to(out.dtype))
 
 
+def layer_norm_torch(x: In, weight: In, bias: In, eps: Scalar, out: Out):
+    """Baseline: torch's layer norm at the kernel's dtype."""
+    out.copy_(F.layer_norm(x, (x.shape[-1],), weight, bias, eps))
+
+
+# what the kernel is compared with: torch's layer norm, eager and compiled by AOTInductor (torch.compile's compiler)
+BASELINES = {"torch": layer_norm_torch, "inductor": jit(layer_norm_torch)}
+
+
 def golden_layer_norm(t):
     """Reference: two-pass mean and biased variance in float64."""
     x = t["x"].double()
@@ -53,7 +63,7 @@ def specs(dtype):
 
 CASES = [
     # fp32 stats in another order; "+ bias" can cancel, so the error is absolute: a few ulp of |x̂·w|+|b| ≲ 16.
-    Case("layer_norm", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-5),
+    Case("layer_norm", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-5, baselines=BASELINES),
     # bf16 output: both sides round the same value, 1 ulp = 2^-7 relative, plus the fp32 absolute error.
-    Case("layer_norm_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-5),
+    Case("layer_norm_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-5, baselines=BASELINES),
 ]

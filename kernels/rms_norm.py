@@ -2,6 +2,7 @@
 import functools
 
 import torch
+import torch.nn.functional as F
 
 from golden_tasks import Case, In, Out, Scalar, ScalarSpec, TensorSpec, jit
 
@@ -17,6 +18,15 @@ def rms_norm(x: In, weight: In, eps: Scalar, out: Out):
     sum_sq = sum(x[:, s:s + TILE].float().square().sum(-1, keepdim=True) for s in range(0, cols, TILE))
     inv_rms = torch.rsqrt(sum_sq / cols + eps)
     out.copy_((x.float() * inv_rms * weight.float()).to(out.dtype))
+
+
+def rms_norm_torch(x: In, weight: In, eps: Scalar, out: Out):
+    """Baseline: torch's RMS norm at the kernel's dtype."""
+    out.copy_(F.rms_norm(x, (x.shape[-1],), weight, eps))
+
+
+# what the kernel is compared with: torch's RMS norm, eager and compiled by AOTInductor (torch.compile's compiler)
+BASELINES = {"torch": rms_norm_torch, "inductor": jit(rms_norm_torch)}
 
 
 def golden_rms_norm(t):
@@ -37,7 +47,7 @@ def specs(dtype):
 
 CASES = [
     # fp32 reduction in another order, then only products: the error stays relative, a few ulp: rtol=1e-5.
-    Case("rms_norm", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-6),
+    Case("rms_norm", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-6, baselines=BASELINES),
     # Both sides round (nearly) the same value to bf16: at most 1 ulp = 2^-7 relative.
-    Case("rms_norm_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-6),
+    Case("rms_norm_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-6, baselines=BASELINES),
 ]

@@ -40,6 +40,19 @@ def rope(x: In, cos: In, sin: In, out: Out):
     out.copy_(rotated.reshape(tokens, heads, dim).to(out.dtype))
 
 
+def rope_torch(x: In, cos: In, sin: In, out: Out):
+    """Baseline: the rotation as torch's complex product (in float32: torch has no bfloat16 complex)."""
+    tokens, heads, dim = x.shape
+    z = torch.view_as_complex(x.float().reshape(tokens, heads, dim // 2, 2))
+    rotation = torch.complex(cos.float(), sin.float())[:, None, :]
+    out.copy_(torch.view_as_real(z * rotation).reshape(tokens, heads, dim))
+
+
+# what the kernel is compared with: torch's complex product, eager and compiled by AOTInductor (torch.compile's
+# compiler)
+BASELINES = {"torch": rope_torch, "inductor": jit(rope_torch)}
+
+
 def golden_rope(t):
     """Reference: each pair as a complex number times cos + i·sin, in float64."""
     x = t["x"].double()
@@ -60,7 +73,7 @@ def specs(dtype):
 
 CASES = [
     # Two fp32 products and a sum that can cancel: absolute error ≲ 1.5 ulp of |x| ≲ 5, i.e. < 1e-6.
-    Case("rope", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-6),
+    Case("rope", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-6, baselines=BASELINES),
     # bf16 output: both sides round the same value, 1 ulp = 2^-7 relative, plus the fp32 absolute error.
-    Case("rope_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-6),
+    Case("rope_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-6, baselines=BASELINES),
 ]

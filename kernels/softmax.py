@@ -30,6 +30,15 @@ def softmax(x: In, out: Out):
         out[:, s:s + TILE].copy_((torch.exp(tile - row_max) * inv_sum).to(out.dtype))
 
 
+def softmax_torch(x: In, out: Out):
+    """Baseline: torch's softmax at the kernel's dtype."""
+    out.copy_(torch.softmax(x, dim=-1))
+
+
+# what the kernel is compared with: torch's softmax, eager and compiled by AOTInductor (torch.compile's compiler)
+BASELINES = {"torch": softmax_torch, "inductor": jit(softmax_torch)}
+
+
 def golden_softmax(t):
     """Reference: max-subtracted softmax in float64."""
     x = t["x"].double()
@@ -46,7 +55,7 @@ def specs(dtype):
 
 CASES = [
     # All terms positive, quotient of products: relative error of a few fp32 ulp (x - max rounds, |x - max| ≲ 10).
-    Case("softmax", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-8),
+    Case("softmax", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-8, baselines=BASELINES),
     # bf16 output: both sides round the same value, at most 1 ulp = 2^-7 relative.
-    Case("softmax_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-8),
+    Case("softmax_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-8, baselines=BASELINES),
 ]

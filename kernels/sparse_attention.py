@@ -217,7 +217,9 @@ ATTENTION_TOLERANCE = error_distribution(
 
 CASES = [
     Case("sparse_attn", specs=functools.partial(sparse_attn_specs, DIMS, 0), kernel=sparse_attn,
-         golden=golden_sparse_attn, compare={"o_packed": ATTENTION_TOLERANCE}),
+         golden=golden_sparse_attn, compare={"o_packed": ATTENTION_TOLERANCE},
+         baselines={"eager": sparse_attn.fn}),  # its body run eagerly: plain torch at its dtypes
     Case("sparse_attn_prefill", specs=functools.partial(prefill_specs, DIMS, 0), kernel=sparse_attn_prefill,
-         golden=golden_sparse_attn_prefill, compare={"out": ATTENTION_TOLERANCE}),
+         golden=golden_sparse_attn_prefill, compare={"out": ATTENTION_TOLERANCE},
+         baselines={"eager": sparse_attn_prefill.fn}),
 ]

@@ -100,8 +100,9 @@ def matmul_triton(a: In, b: In, c: Out, *, BLOCK_M: int = 32, BLOCK_N: int = 32,
 
 
 def _case(name, kernel, module, golden, dtype, tolerance, **options):
+    """A case of `module`'s op, compared with torch's own (the module's "torch" baseline)."""
     return Case(name, specs=functools.partial(module.specs, dtype), kernel=kernel, golden=golden,
-                options=options or None, **tolerance)
+                options=options or None, baselines={"torch": module.BASELINES["torch"]}, **tolerance)
 
 
 CASES = [

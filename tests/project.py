@@ -21,7 +21,8 @@ def seed_calibration(cache: Path) -> None:
 
 
 class Project:
-    def __init__(self, path: Path, modules=None, cache: Path = None, html: bool = False, calibrated: bool = True):
+    def __init__(self, path: Path, modules=None, cache: Path = None, html: bool = False, calibrated: bool = True,
+                 baselines: bool = False):
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "dodo.py", path)
@@ -35,7 +36,10 @@ class Project:
         self.env = {**os.environ, "GOLDEN_TASKS_CACHE": str(self.cache), "GOLDEN_TASKS_RUNS": str(path / "runs"),
                     "PYTHONWARNINGS": "ignore",
                     # runs/report.html only where a test reads it: plotting costs seconds on every run that changes
-                    "GOLDEN_TASKS_HTML": "1" if html else "0"}
+                    "GOLDEN_TASKS_HTML": "1" if html else "0",
+                    # the library's baselines only where a test reads them: each costs a compile (AOTInductor's)
+                    # and a benchmark in every cold run
+                    "GOLDEN_TASKS_BASELINES": "1" if baselines else "0"}
         for inherited in ("GOLDEN_TASKS_CACHE_READONLY", "GOLDEN_TASKS_OVERLAY"):  # a test that set them in-process
             self.env.pop(inherited, None)
 

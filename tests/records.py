@@ -27,7 +27,8 @@ def row(case: str, status: str = "PASS", kernel=DEFAULT, **fields) -> dict:
     out = {"case": case, "status": status, "stages": {s.name: "ran" for s in STAGES}, "errors": {}, "reason": None,
            "skipped": None, "max_abs": None, "outputs": [], "warnings": [],
            "kernel_us": kernel and kernel["median"], "golden_us": kernel and golden["median"],
-           "speedup": kernel and golden["median"] / kernel["median"], "speedup_err": None,
+           "baseline": kernel and "torch", "speedup": kernel and golden["median"] / kernel["median"],
+           "speedup_err": None,
            "kernel_timing": kernel, "golden_timing": kernel and golden, "rank_us": None, "imbalance": None,
            "keys": {s.name: None for s in STAGES}, "seconds": 1.5}
     out.update(fields)

@@ -157,7 +157,7 @@ def test_summary_table_layout():
     stages = {"abi": "cached", "compile": "ran", "inputs": "cached", "golden": "cached", "dispatch": "ran",
               "validate": "FAILED", "inputs2": "cached", "golden2": "cached", "bench": "-", "golden_bench": "ran"}
     row = CaseRow.from_json({"case": "c", "status": "FAIL", "stages": stages, "kernel_us": 10.0, "golden_us": 25.0,
-                             "speedup": 2.5, "reason": "validate: 3 of 4 mismatched"})
+                             "speedup": 2.5, "baseline": "torch", "reason": "validate: 3 of 4 mismatched"})
     skipped = replace(row, case="g", status=Verdict.SKIPPED, skipped="no GPU", reason=None)
     ranked = replace(row, case="r", status=Verdict.PASS, reason=None, rank_us=[9.5, 10.0],
                      imbalance="rank 1 was the slowest", speedup_err=0.125, warnings=["output 'o': vacuous"])
@@ -165,17 +165,17 @@ def test_summary_table_layout():
     header, rule, line, skipped_line, ranked_line, logged_line, reason, warned, per_rank, failed, failed_logged = \
         report.format_table([row, skipped, ranked, logged]).splitlines()
     assert reason == "g: SKIPPED: no GPU"
-    assert warned == "r: WARNING: output 'o': vacuous" and ranked_line.endswith("2.50x ±0.12")
+    assert warned == "r: WARNING: output 'o': vacuous" and ranked_line.endswith("2.50x ±0.12 over torch")
     assert failed == "c: FAIL at validate: 3 of 4 mismatched"
     assert failed_logged == "l: FAIL at validate: 3 of 4 mismatched  (all messages: /elsewhere/l.log)"
     assert per_rank == "r: per rank, median us: 0: 9.5, 1: 10.0; LOAD IMBALANCE: rank 1 was the slowest"
     assert header.split() == ["case", "status", "abi", "compile", "inputs", "golden", "dispatch", "policy", "validate",
                               "inputs2", "golden2", "bench", "golden_bench", "max", "err", "kernel", "median", "us",
-                              "GB/s", "TFLOP/s", "SOL", "golden", "median", "us", "speedup"]
+                              "GB/s", "TFLOP/s", "SOL", "speedup"]
     assert set(rule.replace(" ", "")) == {"-"}
     # a record written before the policy stage existed: its column says the stage did not run
     assert line.split() == ["c", "FAIL", "cached", "ran", "cached", "cached", "ran", "-", "FAILED", "cached", "cached",
-                            "-", "ran", "-", "10.0", "-", "-", "-", "25.0", "2.50x"]
+                            "-", "ran", "-", "10.0", "-", "-", "-", "2.50x", "over", "torch"]
 
 
 def rows_of(*statuses: str) -> list:

@@ -72,7 +72,7 @@ def test_a_mixed_run_validates_and_has_the_right_counts_and_verdicts(tmp_path, s
     assert "softmax.kernel_us" not in properties
     out = suite.find("system-out").text.splitlines()
     assert out[0] == ("rms_norm: PASS, kernel 12.50 us (median, mean ±0.4% over 40 rounds), golden 40.00 us, "
-                      "speedup 3.20x ±0.02, max err 3.00e-07")
+                      "speedup 3.20x ±0.02 over torch, max err 3.00e-07")
     assert out[1:] == ["softmax: FAIL: output 'out': 2/20 elements mismatched (rtol=0.001, atol=1e-05)",
                        "fp8_gemm: SKIPPED: needs a GPU with fp8 (sm_89+) & <cuda>", "attention: INCOMPLETE"]
     assert suite.find("system-err").text == "rms_norm: warning: output 'o': its golden is constant (0.0)"

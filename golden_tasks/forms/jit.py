@@ -30,13 +30,15 @@ AOTI_DEFAULTS = {"emulate_precision_casts": True}  # Inductor configs; a case's 
 
 
 class JitKernel(KernelForm):
-    def __init__(self, fn, backend=None, options=None, ranks=1):
+    """`params`: the parameter table, where not the one `fn`'s annotations declare (a baseline's: its case's)."""
+
+    def __init__(self, fn, backend=None, options=None, ranks=1, params=None):
         self.fn = fn
-        self.name = fn.__name__
+        self.name = getattr(fn, "__name__", type(fn).__name__)
         self.ranks = world_size(ranks, f"kernel {self.name}")
         self.backend = backend
         self.options = dict(options or {})
-        self._params = declared_params(fn)
+        self._params = declared_params(fn) if params is None else list(params)
 
     def __call__(self, *args):
         return self.fn(*args)

@@ -167,7 +167,9 @@ class Session:
         self.finished = True
         lines = self.outcomes + [json.loads(line) for line in self.journal_path.read_text().splitlines()]
         lib = self._library
-        cases = [c for c in lib.plans if self.line.selects(f"{VERIFY}:{c}")]
+        # a case's baselines with it (verify:CASE verifies them too)
+        cases = [c for c, p in lib.plans.items() if any(self.line.selects(f"{VERIFY}:{name}")
+                                                         for name in (c, p.baseline_of) if name)]
         if not lines or not cases:
             return None
         states, errors, worst = {}, {}, {}
@@ -179,8 +181,8 @@ class Session:
             if line["worst"]:
                 worst[case] = Worst(**line["worst"])
         runs = lib.project.runs
-        rows = [summary.case_row(lib.plans[c], states.get(c, {}), errors.get(c, {}), lib.store,
-                                self.hits.get(c), worst.get(c)) for c in cases]
+        rows = summary.with_baselines([summary.case_row(lib.plans[c], *summary.walked(lib.plans[c], states, errors),
+                                                        lib.store, self.hits.get(c), worst.get(c)) for c in cases])
         lib.store.record_use({(stage, key) for row in rows for stage, key in row.keys.items() if key})
         for row in rows:
             row.log = str(report.log_path(runs, row.case)) if row.status == Verdict.FAIL else None

@@ -49,7 +49,7 @@ from doit.exceptions import TaskFailed
 
 from ..model.plan import VARIABLES
 from ..model.verdicts import StageState
-from ..pipeline import cluster, runtime
+from ..pipeline import cluster, graph, runtime
 from ..pipeline.execution import produce_here
 from ..pipeline.stage_table import BY_NAME, STAGES
 from ..pipeline.summary import first_line
@@ -175,6 +175,7 @@ VARIABLE_HELP = {
                f"(${config.SANDBOX_ENV})",
     "executor": "local (default) or ray: run each stage that must run as a task on a Ray cluster (docs/cluster.md)",
     "ray_address": f"the Ray cluster executor=ray submits to (${config.RAY_ADDRESS_ENV}; none: a local one)",
+    "baselines": f"0: verify the kernels alone, timing none of their baselines (${config.BASELINES_ENV}; default 1)",
 }
 
 
@@ -185,6 +186,17 @@ def _print_variables() -> None:
     print("\nvariables, as NAME=VALUE after the task names (`doit verify:rms_norm rounds=20`):")
     for name in names:
         print(f"  {name:<{width}}{VARIABLE_HELP.get(name, '')}")
+
+
+def task_names(lib) -> set:
+    """The names of the tasks of each case of the library `lib` (planning.library.Library)."""
+    names = set()
+    for plan in lib.plans.values():
+        stages = graph.stages_of(plan) if not plan.error else STAGES
+        names |= {f"{task}:{plan.case}" for task in (PLAN, VERIFY, *(s.name for s in stages))}
+        if not plan.error and not plan.baseline_of:
+            names |= {f"runtime:{plan.case}", f"replay:{plan.case}"}
+    return names
 
 
 def tasks_for(root: Path, variables=()) -> dict:
@@ -234,9 +246,12 @@ def tasks_for(root: Path, variables=()) -> dict:
                     yield {"name": case, "doc": f"{stage.doc} ({case})",
                            "actions": [(TaskFailed, [plan.error])], "task_dep": [f"{PLAN}:{case}"], **uncaptured}
                     continue
+                if stage not in graph.stages_of(plan):  # a baseline's stage that its case computes
+                    continue
                 yield {"name": case, "doc": f"{stage.doc} ({case})", "actions": [(_run_stage, [stage.name, case])],
                        "uptodate": checked(StageCached(session, stage.name, case)),
-                       "task_dep": [f"{PLAN}:{case}"] + [f"{d}:{case}" for d in stage.reads + stage.after],
+                       "task_dep": [f"{PLAN}:{case}"] + [f"{d}:{graph.computed_by(plan, BY_NAME[d])}"
+                                                         for d in stage.reads + stage.after],
                        **uncaptured}
         create.__name__ = f"task_{stage.name}"
         create.__doc__ = stage.doc
@@ -244,7 +259,7 @@ def tasks_for(root: Path, variables=()) -> dict:
 
     def task_runtime():
         """write runs/<case>: the latest verified run, self-contained and replayable"""
-        for plan in session.library.ok():
+        for plan in session.library.kernels():
             case = plan.case
             yield {"name": case, "actions": [(_materialize, [case])],
                    "uptodate": checked(RuntimeCurrent(session, case)),
@@ -254,7 +269,7 @@ def tasks_for(root: Path, variables=()) -> dict:
 
     def task_replay():
         """replay runs/<case>: saved artifact, inputs and golden; no compile, no kernel import"""
-        for plan in session.library.plans.values():
+        for plan in session.library.kernels():
             yield {"name": plan.case, "actions": [(_replay, [plan.case])], "verbosity": 2,
                    "doc": f"replay runs/{plan.case}", **uncaptured}
 
@@ -262,17 +277,18 @@ def tasks_for(root: Path, variables=()) -> dict:
         """verify every case; `verify:<case>` for one (`doit help verify`: the variables)"""
         lib = session.library
         if line.command in ("run", "info"):
-            _check_names(line, {PLAN, VERIFY, "runtime", "replay", *BY_NAME}
-                         | {f"{task}:{case}" for task in (PLAN, VERIFY, "replay", *BY_NAME) for case in lib.plans}
-                         | {f"runtime:{p.case}" for p in lib.ok()}, lib.unplanned())
+            _check_names(line, {PLAN, VERIFY, "runtime", "replay", *BY_NAME} | task_names(lib), lib.unplanned())
         for plan in lib.plans.values():
             case = plan.case
             if plan.error:  # always run: its plan task fails, and says why
                 yield {"name": case, "actions": None, "task_dep": [f"{PLAN}:{case}"], "doc": f"verify {case}"}
                 continue
-            deps = [f"{PLAN}:{case}", *(f"{s.name}:{case}" for s in STAGES), f"runtime:{case}"]
-            yield {"name": case, "actions": None, "task_dep": deps[1:], "uptodate": [CaseVerified(case, deps, checks)],
-                   "doc": f"verify {case}"}
+            # a case's own stages and runtime dir, and its baselines (which a baseline failing leaves unmet: the
+            # rows say why)
+            deps = [f"{PLAN}:{case}", *(f"{s.name}:{case}" for s in graph.stages_of(plan)),
+                    *([] if plan.baseline_of else [f"runtime:{case}"]), *(f"{VERIFY}:{b}" for b in plan.baselines)]
+            yield {"name": case, "actions": None, "task_dep": deps[1:],
+                   "uptodate": checked(CaseVerified(case, deps, checks)), "doc": f"verify {case}"}
 
     tasks = {"task_plan": task_plan, "task_verify": task_verify, "task_runtime": task_runtime,
              "task_replay": task_replay}

@@ -164,6 +164,10 @@ class Plan:
     case: str = _field("context", every_stage=True)
     module: str | None = _field("context", every_stage=True)  # kernels.<stem>; None for golden_tasks.run
     profile: str | None = _field("context", every_stage=True)
+    # a baseline's plan (Case.baselines): the case it is a baseline of, whose plan computes the stages it shares
+    # (pipeline.graph.computed_by); a case's plan: the names of its baselines' plans, the first the table's
+    baseline_of: str | None = _field("context")
+    baselines: list[str] = _field("context", default=[])
     # in no key: it decides only whether a call counts as hung
     timeout: float = _field("run", variable=Variable(("timeout",), _timeout), every_stage=True, default=60.0)
     params: list[ParamRow] = _field("case", rows=ParamRow,
@@ -248,6 +252,8 @@ class FailedPlan:
     module: str | None  # None for golden_tasks.run
     error: str
     profile: str | None = None
+    baseline_of: ClassVar[None] = None  # as a Plan's: a failed plan plans no baseline
+    baselines: ClassVar[tuple[str, ...]] = ()
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

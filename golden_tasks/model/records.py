@@ -290,8 +290,14 @@ class CaseRow(JsonRecord):
     inf: int | None = None
     outputs: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # compare.Comparison.to_json() per output
     warnings: list[str] = dataclasses.field(default_factory=list)
-    kernel_us: float | None = None  # the medians, their ratio and its 1-sigma uncertainty
+    kernel_us: float | None = None  # the kernel's median, and the golden's (outside the table)
+    caveat: str | None = None  # why the kernel's time is no performance figure (an emulator ran it)
     golden_us: float | None = None
+    # a baseline's row (Case.baselines): the case it is a baseline of
+    baseline_of: str | None = None
+    # the first of the case's baselines that passed (its name), the ratio of its median to the kernel's, and that
+    # ratio's 1-sigma uncertainty; a record from before baselines: None, its speedup over the golden's median
+    baseline: str | None = None
     speedup: float | None = None
     speedup_err: float | None = None
     kernel_timing: Timing | None = None

@@ -25,7 +25,19 @@ from ..model.plan import Plan, StagePlan
 from ..project.toolchain import machine, pipeline_version, toolchain
 from ..storage.entry import Entry
 from ..storage.store import Store
-from .stage_table import BY_NAME, STAGES, Stage
+from .stage_table import BY_NAME, KERNEL_STAGES, STAGES, Stage
+
+
+def stages_of(plan: Plan) -> tuple[Stage, ...]:
+    """The stages a plan's own walk computes: every stage, or a baseline's (stage_table.KERNEL_STAGES); a
+    baseline reads the others, computed by its case under the same keys (computed_by)."""
+    return KERNEL_STAGES if plan.baseline_of else STAGES
+
+
+def computed_by(plan: Plan, stage: Stage) -> str:
+    """The case whose walk computes `stage` of `plan`: the plan's own, or for a stage a baseline shares, its
+    case's."""
+    return plan.baseline_of if plan.baseline_of and stage not in KERNEL_STAGES else plan.case
 
 
 def recipe(stage: Stage, plan: Plan, upstream: dict[str, Entry]) -> dict[str, Any]:

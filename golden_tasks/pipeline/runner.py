@@ -12,7 +12,7 @@ from ..project import config
 from ..storage.store import Store
 from . import cluster, graph, runtime, summary
 from .execution import IMPORTED, CaseSource, Live, Producer, produce_here
-from .stage_table import BY_NAME, STAGES, StageName
+from .stage_table import BY_NAME, StageName
 from .stored import load_timings
 from .walker import Recorder, walk
 
@@ -31,6 +31,7 @@ class RunResult:
     timings: dict[str, float | None]  # stage -> seconds of the run that produced its entry
     bench: Timing | None  # the kernel's timing, with every round (None: not timed)
     golden_bench: Timing | None  # the golden's timing, with every round (None: not timed)
+    baselines: list[CaseRow] = dataclasses.field(default_factory=list)  # the row of each baseline, in order
 
     @property
     def case(self) -> str:
@@ -81,12 +82,13 @@ def verify(plan: Plan | FailedPlan, store: Store, work_dir: Path, case: CaseSour
     if not plan.error:
         plan = cast(Plan, plan)  # only a FailedPlan has an error (Plan.error is None)
         lookups = graph.Lookups(plan, store)
+        stages = graph.stages_of(plan)
         if producer in (None, produce_here) and any(graph.remeasured(s, plan) or lookups.cached(s) is None
-                                                    for s in STAGES):
+                                                    for s in stages):
             config.apply_threads()  # imports torch: not for a case whose every stage is cached
-        walk(plan, store, STAGES, walked, case, producer)
+        walk(plan, store, stages, walked, case, producer)
     row = summary.case_row(plan, walked.states, walked.errors, store, failed=walked.worst)
-    if row.status == Verdict.PASS:
+    if row.status == Verdict.PASS and not plan.baseline_of:  # a baseline has no runtime dir
         plan = cast(Plan, plan)  # a FailedPlan's row is a FAIL (summary.case_row)
         if plan.fresh or not runtime.is_current(graph.Lookups(plan, store), work_dir):
             runtime.materialize(plan, store, work_dir, row)
@@ -126,12 +128,12 @@ def _run(fn: "KernelForm | str", specs: object, golden: object, name: str | None
          cache_dir: Path | str | None, runs_dir: Path | str | None, options: dict[str, Any]) -> RunResult:
     """run's work, with its options as a dict."""
     from ..forms.base import KernelForm  # noqa: PLC0415 -- as above
-    from ..planning.case import Case, plan_of  # noqa: PLC0415 -- imports torch: not for verify's callers
+    from ..planning.case import Case, plans_of  # noqa: PLC0415 -- imports torch: not for verify's callers
 
     # Case's options that run() passes on, its bench settings last (its name, specs, kernel and golden are
     # run()'s arguments; its root is the current directory).
     timing_options = {f.name for f in dataclasses.fields(BenchSettings)}
-    arguments = ("name", "specs", "kernel", "golden", "root")  # not a stage: Case's fields
+    arguments = ("name", "specs", "kernel", "golden", "root", "baseline_of")  # not a stage: Case's fields
     run_options = sorted((f.name for f in dataclasses.fields(Case) if f.name not in arguments),
                          key=lambda name: name in timing_options)
     if not isinstance(fn, (KernelForm, str)):
@@ -145,16 +147,25 @@ def _run(fn: "KernelForm | str", specs: object, golden: object, name: str | None
     store, work_dir = project.store, project.runs / case_name
     case: Case | None = None
     plan: Plan | FailedPlan
+    baselines: list[Plan] = []
     try:
         case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, **options).resolved()
-        plan = plan_of(case, profile=config.profile())[0].for_this_run()
+        made, _ = plans_of(case, profile=config.profile())
+        kernel = made[0].for_this_run()
+        baselines = [dataclasses.replace(b, nonce=kernel.nonce) for b in made[1:]]  # as planning.library's
+        plan = kernel
     except VerificationFailure as exc:
         plan = FailedPlan(case_name, None, str(exc), config.profile())
-    row, timings = verify(plan, store, work_dir, IMPORTED if case is None else Live(case), cluster.producer(Path.cwd()))
+    producer = cluster.producer(Path.cwd())
+    row, timings = verify(plan, store, work_dir, IMPORTED if case is None else Live(case), producer)
+    rows = [verify(b, store, work_dir, Live(c), producer)[0] for b, c in zip(baselines, case.with_baselines()[1:])] \
+        if case and row.stages.get(StageName.VALIDATE) in (StageState.RAN, StageState.CACHED) else []
+    summary.with_baselines([row, *rows])
     bench = golden_entry = None
     if isinstance(plan, Plan):
         lookups = graph.Lookups(plan, store)
         bench, golden_entry = (lookups.cached(BY_NAME[s]) for s in (StageName.BENCH, StageName.GOLDEN_BENCH))
     return RunResult(report=row, work_dir=work_dir, timings=timings,
                      bench=load_timings(store, bench).kernel_us if bench else None,
-                     golden_bench=load_timings(store, golden_entry).golden_us if golden_entry else None)
+                     golden_bench=load_timings(store, golden_entry).golden_us if golden_entry else None,
+                     baselines=rows)

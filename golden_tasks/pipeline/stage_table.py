@@ -166,3 +166,16 @@ STAGES = (
           replay=InReplay.LEFT_OUT),
 )
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+
+
+def _of_kernel() -> tuple[Stage, ...]:
+    found: list[Stage] = []
+    for stage in STAGES:  # in graph order: what a stage reads comes before it
+        if "kernel" in stage.plan_fields or any(BY_NAME[name] in found for name in stage.reads):
+            found.append(stage)
+    return tuple(found)
+
+
+# The stages whose key holds the kernel, directly or through what they read: those a baseline has of its own
+# (Case.baselines). A baseline shares every other stage with its case: the same plan fields make the same keys.
+KERNEL_STAGES = _of_kernel()

@@ -13,7 +13,7 @@ from ..model.verdicts import StageState, Verdict
 from ..model.work import Work
 from ..storage.entry import Entry
 from ..storage.store import Store
-from .graph import Lookups
+from .graph import Lookups, computed_by
 from .stage_table import STAGES, StageName
 
 
@@ -28,7 +28,7 @@ def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: 
         return CaseRow(case=plan.case, status=Verdict.FAIL, stages=dict.fromkeys(stages, StageState.NOT_RUN),
                        errors={"plan": plan.error}, reason=_first_failure({"plan": plan.error}))
     entries = Lookups(plan, store, known).snapshot()
-    row = CaseRow(case=plan.case, status=Verdict.INCOMPLETE, stages=stages, errors=errors,
+    row = CaseRow(case=plan.case, status=Verdict.INCOMPLETE, stages=stages, errors=errors, baseline_of=plan.baseline_of,
                   golden_protected=plan.golden_protected,
                   keys={name: entry.key if entry else None for name, entry in entries.items()},
                   fingerprints={"kernel": plan.kernel, "policy": plan.policy, "golden": plan.golden},  # not a stage
@@ -49,7 +49,7 @@ def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: 
         row.unwritten, row.nan, row.inf = (n or None for n in (failed.unwritten, failed.nan, failed.inf))
     if bench and (second := BenchMeta.of(bench).second_set) and second != "checked":
         row.warnings.append(f"the benchmark's second input set was {second}")
-    caveat = bench and BenchMeta.of(bench).caveat
+    row.caveat = caveat = (bench and BenchMeta.of(bench).caveat) or None
     if caveat:
         row.warnings.append(f"its time was {caveat}")
     row.golden_timing = _timing(timed_golden, "golden_us") if timed_golden else None
@@ -60,11 +60,6 @@ def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: 
     if kernel_timing and kernel_timing.ranks:
         row.rank_us = [rank.median for rank in kernel_timing.ranks]
         row.imbalance = kernel_timing.imbalance
-    if kernel_timing and row.golden_timing and row.kernel_us and row.golden_us and not caveat:
-        row.speedup = row.golden_us / row.kernel_us
-        noise = kernel_timing.median_rse, row.golden_timing.median_rse
-        if noise[0] is not None and noise[1] is not None:  # relative standard errors add in quadrature
-            row.speedup_err = row.speedup * (noise[0] ** 2 + noise[1] ** 2) ** 0.5
     row.speed = _speed(plan, entries, None if caveat else kernel_timing)
     if errors or StageState.FAILED in stages.values():
         row.status, row.reason = Verdict.FAIL, _first_failure(errors)
@@ -73,6 +68,39 @@ def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: 
     elif validate and bench:
         row.status = Verdict.PASS
     return row
+
+
+def walked(plan: Plan | FailedPlan, states: Mapping[str, Mapping[str, StageState]],
+           errors: Mapping[str, Mapping[str, str]]) -> tuple[dict[str, StageState], dict[str, str]]:
+    """A case's stage states and failures in a run (`states`, `errors`: case -> stage -> its own), with those of
+    the stages its plan shares with another's that computed them (a baseline's case: graph.computed_by)."""
+    if isinstance(plan, FailedPlan):
+        return dict(states.get(plan.case, {})), dict(errors.get(plan.case, {}))
+    owners = {s.name: computed_by(plan, s) for s in STAGES}
+    return ({name: state for name, owner in owners.items() if (state := states.get(owner, {}).get(name))},
+            {name: error for name, owner in owners.items() if (error := errors.get(owner, {}).get(name))})
+
+
+def with_baselines(rows: list[CaseRow]) -> list[CaseRow]:
+    """`rows` (in library order: a case's baselines follow it), each case's speedup set over the first of its
+    baselines that passed with a timing (its median over the kernel's, their relative standard errors added in
+    quadrature), and a warning for each baseline before it that did not pass."""
+    for row in rows:
+        if row.baseline_of or row.kernel_us is None or row.caveat or row.status == Verdict.FAIL:
+            continue
+        for base in (b for b in rows if b.baseline_of == row.case):
+            name = base.case.removeprefix(f"{row.case}@")
+            if base.status != Verdict.PASS or not base.kernel_us or base.caveat:
+                if base.status in (Verdict.FAIL, Verdict.INCOMPLETE):
+                    row.warnings.append(f"its baseline {name} is {base.status}, so no speedup is over it: see "
+                                        f"{base.case}")
+                continue
+            row.baseline, row.speedup = name, base.kernel_us / row.kernel_us
+            noise = [timing.median_rse if timing else None for timing in (row.kernel_timing, base.kernel_timing)]
+            if noise[0] is not None and noise[1] is not None:
+                row.speedup_err = row.speedup * (noise[0] ** 2 + noise[1] ** 2) ** 0.5
+            break
+    return rows
 
 
 def _timing(entry: Entry, field: str) -> Timing | None:

@@ -8,6 +8,7 @@ import importlib
 import inspect
 import math
 import os
+import re
 from pathlib import Path
 
 from ..forms.base import KernelForm, world_size
@@ -18,7 +19,7 @@ from ..model.hashing import canonical_json, digest_file
 from ..model.origin import described
 from ..model.plan import SOURCE_FIELDS, BenchSettings, Plan
 from ..model.rows import placement_of
-from ..model.specs import Spec
+from ..model.specs import Spec, declared_params
 from ..model.work import Work
 from ..project import config
 from ..project.fingerprint import Fingerprinter
@@ -72,6 +73,12 @@ class Case(BenchSettings):
     # also the least the kernel must do, which its timing is held to (the benchmark's floor)
     bytes: object = None
     flops: object = None
+    # implementations to compare the kernel with, by name (docs/performance.md): each a function with the kernel's
+    # parameters (run eagerly: the same op in plain torch, say) or a kernel form (jit(fn): compiled by
+    # AOTInductor). Each is verified and timed as a case of its own, `<name>@<baseline>`, sharing every stage that
+    # does not run it; the table's speedup is over the first that passes
+    baselines: dict = dataclasses.field(default_factory=dict)
+    baseline_of: str = None  # set by with_baselines, never by hand: the case this one is a baseline of
     root: Path = None  # where relative file_deps are found: the module's directory (run(): the cwd)
 
     def resolved(self, module=None, kernel_facts: KernelFacts = None) -> "Case":
@@ -114,6 +121,7 @@ class Case(BenchSettings):
         work = {field: self._declared(field, specs) for field in ("bytes", "flops")}
         root = self.root or (Path(module.__file__).parent if module else Path.cwd())
         return dataclasses.replace(self, kernel=kernel, golden=golden, specs=specs, ranks=ranks, **work,
+                                   baselines=self._baseline_forms(kernel, ranks),
                                    root=Path(root).resolve(),
                                    compare=dict(self.compare or {}), options=dict(self.options or {}),
                                    file_deps=tuple(self.file_deps), env_deps=tuple(self.env_deps))
@@ -132,6 +140,45 @@ class Case(BenchSettings):
             raise SpecError(f"case {self.name!r}: {field}= must be a number >= 0 (or a function of the specs "
                             f"returning one), got {_short_repr(value)}")
         return value
+
+    def _baseline_forms(self, kernel: KernelForm, ranks: int) -> dict:
+        """The case's baselines as forms declaring the kernel's parameter table (so that their plans share its
+        stages' keys): a function is run eagerly, a @jit form compiled as it says; a SpecError names the case
+        and the baseline whose name or parameters are wrong."""
+        from ..forms.jit import JitKernel  # noqa: PLC0415 -- imports torch: planning only
+
+        if not isinstance(self.baselines, dict):
+            raise SpecError(f"case {self.name!r}: baselines must map names to functions or kernel forms, "
+                            f"got {_short_repr(self.baselines)}")
+        table = kernel.params()
+        forms = {}
+        for name, given in self.baselines.items():
+            owner = f"case {self.name!r}: baseline {name!r}"
+            if not isinstance(name, str) or not BASELINE_NAME.fullmatch(name):
+                raise SpecError(f"case {self.name!r}: baseline name {name!r} is not a name (letters, digits, "
+                                "'_', '.' and '-')")
+            if isinstance(given, JitKernel):
+                form, declared = JitKernel(given.fn, given.backend, given.options, ranks, table), given.params()
+            elif isinstance(given, KernelForm):
+                form, declared = given, given.params()
+            elif callable(given):
+                form, declared = JitKernel(given, "eager", None, ranks, table), _unannotated(given, table, owner)
+            else:
+                raise SpecError(f"{owner}: expected a function with the kernel's parameters or a kernel form, "
+                                f"got {_short_repr(given)}")
+            exact = not isinstance(form, JitKernel)  # another form's table is its own: it must be the kernel's
+            if [_param(p, exact) for p in declared] != [_param(p, exact) for p in table]:
+                raise SpecError(f"{owner}: its parameters ({_params_text(declared)}) are not the kernel's "
+                                f"({_params_text(table)})")
+            forms[name] = form
+        return forms
+
+    def with_baselines(self) -> list:
+        """A resolved case, then a case per baseline (Case.baselines), named `<case>@<baseline>`: the same specs,
+        golden, policy, seed and work, the baseline as its kernel, compiled as its form says."""
+        return [self, *(dataclasses.replace(self, name=f"{self.name}@{name}", kernel=form, baselines={},
+                                            baseline_of=self.name, backend=None, options={})
+                        for name, form in self.baselines.items())]
 
     def work(self) -> Work:
         """The work of a resolved case, totalled over its ranks (model.work)."""
@@ -173,6 +220,36 @@ class Case(BenchSettings):
         return list(specs)
 
 
+BASELINE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _param(row, exact: bool) -> tuple:
+    """What of a parameter row a baseline must agree on: its name, kind and direction (`exact`: all of it)."""
+    return (row.name, row.kind, row.direction) + ((row.dtype, row.shape) if exact else ())
+
+
+def _params_text(rows: list) -> str:
+    return ", ".join(f"{r.name}: {r.direction}" for r in rows)
+
+
+def _unannotated(fn, table: list, owner: str) -> list:
+    """The parameter table of a baseline function: the one its annotations declare, or, with none, the kernel's
+    (`table`) under its own parameter names."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        raise SpecError(f"{owner}: its signature cannot be read") from None
+    if any(p.annotation is not p.empty for p in parameters):
+        try:
+            return declared_params(fn)
+        except TypeError as exc:
+            raise SpecError(f"{owner}: {exc}") from None
+    if len(parameters) != len(table):
+        raise SpecError(f"{owner}: it takes {len(parameters)} parameters, the kernel {len(table)} "
+                        f"({_params_text(table)})")
+    return [dataclasses.replace(row, name=p.name) for row, p in zip(table, parameters)]
+
+
 def _short_repr(value) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -211,8 +288,18 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         bench=case.bench_settings(), work=case.work().to_json(), **data, external=external,
         parts={"kernel": parts(case.kernel, fp),
                "golden": parts(case.golden, fp) if case.golden is not None else {}},  # not a stage: the function
-        volatile=sorted(set(fp.volatile)), golden_protected=isinstance(case.kernel, KernelRef))
+        volatile=sorted(set(fp.volatile)), golden_protected=isinstance(case.kernel, KernelRef),
+        baseline_of=case.baseline_of, baselines=[c.name for c in case.with_baselines()[1:]])
     return plan, fp.files | data_files | external_files
+
+
+def plans_of(case: Case, module: str = None, profile: str = None) -> tuple[list, set]:
+    """The plans of a resolved case and of its baselines (Case.with_baselines), and the user source files their
+    fingerprints read. They share what cannot be fingerprinted (Plan.volatile): a stage a baseline shares with
+    its case must have the same key in both plans, the nonce that one of them may hold included (Library)."""
+    made = [plan_of(each, module, profile) for each in case.with_baselines()]
+    volatile = sorted({reason for plan, _ in made for reason in plan.volatile})
+    return [dataclasses.replace(plan, volatile=volatile) for plan, _ in made], set().union(*(r for _, r in made))
 
 
 def module_cases(module) -> list:
@@ -233,12 +320,15 @@ def live_case(plan: Plan) -> Case:
 
     module = importlib.import_module(plan.module)
     for case in module_cases(module):
-        if case.name == plan.case:
+        if case.name == (plan.baseline_of or plan.case):
             recorded = isinstance(case.kernel, str) and not isolate.confined_here()
-            resolved = case.resolved(module, KernelFacts(plan.ranks, plan.params) if recorded else None)
+            resolved = next((c for c in case.resolved(module, KernelFacts(plan.ranks, plan.params) if recorded
+                                                      else None).with_baselines() if c.name == plan.case), None)
+            if resolved is None:
+                break
             current, _ = plan_of(resolved, plan.module)
             # compared as JSON text: the plan came back from JSON (tuples read back as lists)
-            changed = [k for k in SOURCE_FIELDS if not (recorded and k in ("kernel", "params"))
+            changed = [k for k in SOURCE_FIELDS if not (recorded and not plan.baseline_of and k in ("kernel", "params"))
                        and canonical_json(current.field_json(k)) != canonical_json(plan.field_json(k))]
             if changed:
                 named = []

@@ -145,7 +145,7 @@ def plan_modules(root: Path, modules: list, log: int = None) -> dict:
 
     from ..forms.triton_form import import_hint  # noqa: PLC0415
     from ..model.origin import described, is_user_module  # noqa: PLC0415
-    from .case import module_cases, plan_of  # noqa: PLC0415
+    from .case import module_cases, plans_of  # noqa: PLC0415
 
     project = config.Project.at(root).layout
     project.importable()
@@ -168,14 +168,14 @@ def plan_modules(root: Path, modules: list, log: int = None) -> dict:
             plans = []
             for case in cases:
                 try:
-                    plan, used = plan_of(case.resolved(module), module_name, profile)
+                    made, used = plans_of(case.resolved(module), module_name, profile)
                     for name in used:
                         observer.add("files", name)
-                    for name in plan.external["env"]:
+                    for name in made[0].external["env"]:
                         observer.add("env", name)
                 except (Exception, SystemExit) as exc:  # noqa: BLE001 -- user code: its error fails the case's plan
-                    plan = FailedPlan(case.name, module_name, described(exc), profile)
-                plans.append(plan)
+                    made = [FailedPlan(case.name, module_name, described(exc), profile)]
+                plans.extend(made)
             names = [p.case for p in plans]
             result[module_name] = [FailedPlan(p.case, module_name, f"case name {p.case!r} is defined more than "
                                               f"once in {shown}", profile) if names.count(p.case) > 1 else p

@@ -42,14 +42,32 @@ def unknown_variables(names, own=()) -> str:
     return f"unknown doit variable{'s' * (len(unknown) > 1)} {', '.join(hints)}" if unknown else ""
 
 
+# The variables a baseline's plan keeps its own value of: it is compiled as its form says (Case.baselines).
+AS_DECLARED = ("backend", "options")
+
+
 def planned_library(root: Path, store, values: dict) -> dict:
-    """case -> Plan or FailedPlan, with the variables applied and duplicate case names made failures."""
-    plans = {}
+    """case -> Plan or FailedPlan, with the variables applied and duplicate case names made failures. A baseline's
+    plan follows its case's (discover lists it after it): it shares its nonce, so that the stages it shares have
+    the same keys in both, and fails where its case does."""
+    plans: dict = {}
+    timed = config.current().baselines == "1"  # baselines=0: the kernels alone
     for plan in load_plans(root, store):
+        if plan.baseline_of and not timed:
+            continue
+        if plan.baselines and not timed:
+            plan = dataclasses.replace(plan, baselines=[])
         if plan.case in plans:
             plan = FailedPlan(plan.case, plan.module, f"case {plan.case!r} is defined in both {plan.module} "
                                                       f"and {plans[plan.case].module}", plan.profile)
-        if not plan.error:
+        if not plan.error and plan.baseline_of:
+            if (case := plans.get(plan.baseline_of)) is None or case.error:
+                plan = FailedPlan(plan.case, plan.module, f"its case {plan.baseline_of!r} could not be planned",
+                                  plan.profile)
+            else:
+                own = {name: value for name, value in values.items() if name not in AS_DECLARED}
+                plan = dataclasses.replace(plan.overridden(own), nonce=case.nonce)
+        elif not plan.error:
             plan = plan.overridden(values).for_this_run()
         plans[plan.case] = plan
     return plans
@@ -67,6 +85,10 @@ class Library:
 
     def ok(self) -> list:
         return [p for p in self.plans.values() if not p.error]
+
+    def kernels(self) -> list:
+        """The plans that planned, but for the baselines' (a baseline has no runtime dir and no replay)."""
+        return [p for p in self.ok() if not p.baseline_of]
 
     def unplanned(self) -> list:
         """The failed plans of kernel modules that could not be imported or planned at all (named by the

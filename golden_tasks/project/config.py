@@ -32,6 +32,7 @@ EXECUTOR_ENV = "GOLDEN_TASKS_EXECUTOR"
 EXECUTORS = ("local", "ray")
 RAY_ADDRESS_ENV = "RAY_ADDRESS"  # Ray's own
 NODE_STORE_ENV = "GOLDEN_TASKS_NODE_STORE"
+BASELINES_ENV = "GOLDEN_TASKS_BASELINES"
 JOURNAL_ENV = "GOLDEN_TASKS_JOURNAL"  # a doit run's journal file, which its workers append to (doit_session)
 
 # Third-party warnings that say nothing about the user's kernels: torch's own deprecation chatter
@@ -117,6 +118,7 @@ _CONTEXT = {
     "sandbox": (SANDBOX_ENV, lambda text, given_as: one_of(text, SANDBOX_MODES, given_as)),
     "executor": (EXECUTOR_ENV, lambda text, given_as: one_of(text, EXECUTORS, given_as)),
     "ray_address": (RAY_ADDRESS_ENV, lambda text, given_as: text),
+    "baselines": (BASELINES_ENV, lambda text, given_as: one_of(text, ("0", "1"), given_as)),
     "workers": (WORKERS_ENV, _count),
     "threads": (THREADS_ENV, _count),
     "journal": (JOURNAL_ENV, lambda text, given_as: text),
@@ -142,12 +144,13 @@ class RunContext:
     sandbox: str = "auto"
     executor: str = "local"
     ray_address: str | None = None
+    baselines: str = "1"  # "0": the cases' baselines are left out (Case.baselines: planning.library)
     workers: int = 1
     threads: int | None = None  # None: the cores shared among the workers
     journal: str | None = None
 
     # the fields a run's NAME=VALUE variables set (doit's, the console script's)
-    VARIABLES: typing.ClassVar[tuple] = ("profile", "ranks", "sandbox", "executor", "ray_address")
+    VARIABLES: typing.ClassVar[tuple] = ("profile", "ranks", "sandbox", "executor", "ray_address", "baselines")
 
     def given(self, get: Callable, default_profile: str | None = None, what: str = "doit variable") -> "RunContext":
         """This context with a run's variables over it (`get(name, default)` reads one: doit's get_var), each

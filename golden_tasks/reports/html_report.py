@@ -69,7 +69,8 @@ def _timing_text(timing: Timing | None, median_us) -> str:
 def _speedup_text(row: CaseRow) -> str:
     if row.speedup is None:
         return "-"
-    return _fmt(row.speedup, ".3g") + "x" + ("" if row.speedup_err is None else f" ± {_fmt(row.speedup_err, '.2g')}")
+    return _fmt(row.speedup, ".3g") + "x" + ("" if row.speedup_err is None else f" ± {_fmt(row.speedup_err, '.2g')}") \
+        + f" over {row.baseline or 'golden'}"
 
 
 def _protection_text(protected) -> str:
@@ -105,7 +106,7 @@ def _case_html(row: CaseRow, plots: list) -> str:
 <table class="facts">
 <tr><th>kernel</th><td>{_e(_timing_text(row.kernel_timing, row.kernel_us))}</td></tr>
 <tr><th>golden</th><td>{_e(_timing_text(row.golden_timing, row.golden_us))}</td></tr>
-<tr><th>speedup</th><td>{_e(_speedup_text(row))} (golden median / kernel median, 1 sigma)</td></tr>
+<tr><th>speedup</th><td>{_e(_speedup_text(row))} (the baseline's median / the kernel's, 1 sigma)</td></tr>
 <tr><th>max error</th><td>{_e(row.max_error())}</td></tr>
 <tr><th>golden protected</th><td>{_e(_protection_text(row.golden_protected))}</td></tr>
 </table>

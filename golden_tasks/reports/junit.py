@@ -65,7 +65,8 @@ def _figures(row: CaseRow) -> dict:
     kernel = row.kernel_timing
     figures = {"kernel_us": row.kernel_us, "kernel_mean_us": kernel and kernel.mean,
                "kernel_rse": kernel and kernel.rse, "kernel_rounds": kernel and kernel.rounds,
-               "golden_us": row.golden_us, "speedup": row.speedup, "speedup_err": row.speedup_err,
+               "golden_us": row.golden_us, "baseline": row.baseline, "speedup": row.speedup,
+               "speedup_err": row.speedup_err,
                "max_abs": row.max_abs, "unwritten": row.unwritten, "nan": row.nan, "inf": row.inf}
     if speed := row.speed:
         figures |= {"bytes": speed.bytes, "flops": speed.flops, "gbps": speed.gbps, "tflops": speed.tflops,
@@ -91,7 +92,7 @@ def _summary_line(row: CaseRow) -> str:
         words.append(f"golden {figures['golden_us']:.2f} us")
     if "speedup" in figures:
         err = f" ±{figures['speedup_err']:.2f}" if "speedup_err" in figures else ""
-        words.append(f"speedup {figures['speedup']:.2f}x{err}")
+        words.append(f"speedup {figures['speedup']:.2f}x{err} over {row.baseline or 'golden'}")
     if {"max_abs", "unwritten", "nan", "inf"} & set(figures):
         words.append(f"max err {row.max_error()}")
     return ", ".join(words)
@@ -116,7 +117,8 @@ def to_xml(record: RunRecord) -> str:
         ET.SubElement(properties, "property", name=_text(name), value=_text(text))
     for row in rows:
         for name, value in _figures(row).items():
-            ET.SubElement(properties, "property", name=_text(f"{row.case}.{name}"), value=repr(value))
+            shown = _text(value) if isinstance(value, str) else repr(value)  # a name (the baseline's), or a number
+            ET.SubElement(properties, "property", name=_text(f"{row.case}.{name}"), value=shown)
     for row in rows:
         case = ET.SubElement(suite, "testcase", name=_text(row.case), classname=SUITE, time=_seconds(row.seconds))
         verdict = _verdict(row)

@@ -31,10 +31,12 @@ def _num(value, fmt):
 
 
 def _speedup(row: CaseRow) -> str:
-    """The speedup with its uncertainty (one standard error), when both timings have one."""
+    """The speedup over the case's baseline, with its uncertainty (one standard error) when both timings have one,
+    and the baseline's name: "1.23x ±0.01 over torch"."""
     if row.speedup is None:
         return "-"
-    return f"{row.speedup:.2f}x" + ("" if row.speedup_err is None else f" ±{row.speedup_err:.2f}")
+    return f"{row.speedup:.2f}x" + ("" if row.speedup_err is None else f" ±{row.speedup_err:.2f}") \
+        + f" over {row.baseline or 'golden'}"
 
 
 def _sol(row: CaseRow) -> str:
@@ -48,10 +50,10 @@ def _sol(row: CaseRow) -> str:
 def format_table(rows: list) -> str:
     columns = [s for s in STAGES if s.per_case]
     header = ["case", "status", *[s.name for s in columns], "max err", "kernel median us", "GB/s", "TFLOP/s", "SOL",
-              "golden median us", "speedup"]
+              "speedup"]
     body = [[r.case, r.status, *(r.stages.get(s.name, StageState.NOT_RUN) for s in columns), r.max_error(),
              _num(r.kernel_us, ".1f"), _num(r.speed and r.speed.gbps, ".3g"), _num(r.speed and r.speed.tflops, ".3g"),
-             _sol(r), _num(r.golden_us, ".1f"), _speedup(r)] for r in rows]
+             _sol(r), _speedup(r)] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
