@@ -41,11 +41,21 @@ def test_a_table_names_folders_cache_runs_profile_and_backend(tmp_path):
     assert [(m.name, m.import_root) for m in found.modules()] == [("mykernels.attn", root / "src"),
                                                                     ("more.norm", root)]
     assert found.cache == root / ".gt-cache" and found.runs == root / "build/runs"
-    assert (found.profile, found.backend) == ("small", "eager")
+    assert (found.profile, found.backend) == ("small", "eager") and found.machine == {}
+
+
+def test_a_table_declares_the_machines_figures(tmp_path):
+    root = write(tmp_path / "p", "[tool.golden-tasks.machine.cpu]\ngbps = 40\ntflops = {float32 = 1.5}\n"
+                                 "[tool.golden-tasks.machine.cuda]\ngbps = 3000.0\n")
+    assert layout(root).machine == {"cpu": {"gbps": 40.0, "tflops": {"float32": 1.5}}, "cuda": {"gbps": 3000.0}}
 
 
 @pytest.mark.parametrize("table, message", [
-    ('kernel = ["src"]\n', "unknown key 'kernel' (known: backend, cache, kernels, profile, runs)"),
+    ('kernel = ["src"]\n', "unknown key 'kernel' (known: backend, cache, kernels, machine, profile, runs)"),
+    ("[tool.golden-tasks.machine.tpu]\ngbps = 1\n", "machine.tpu: 'tpu' is not a device (cpu, cuda)"),
+    ("[tool.golden-tasks.machine.cpu]\ngbps = -1\n", "machine.cpu.gbps must be a number > 0, not -1"),
+    ("[tool.golden-tasks.machine.cpu]\nbandwidth = 1\n", "machine.cpu must be a table of gbps"),
+    ("[tool.golden-tasks.machine.cpu]\ntflops = {fp32 = 1}\n", "machine.cpu.tflops: 'fp32' is not a floating dtype"),
     ('kernels = "src"\n', "kernels must be a non-empty list of folders, not 'src'"),
     ('kernels = ["nowhere"]\n', "kernels folder 'nowhere' does not exist"),
     ('kernels = ["a/k", "b/k"]\n', "two kernel folders are named 'k'"),

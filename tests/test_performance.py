@@ -191,3 +191,34 @@ def test_the_work_is_counted_and_reported_through_doit(tmp_path):
     assert machine.returncode == 0 and machine.stdout.startswith("cpu: ") and "matmul TFLOP/s" in machine.stdout
     again = proj.console("-n", "2", "verify", "backend=eager", *FAST)
     assert again.returncode == 0 and not any(line.startswith(".  ") for line in again.stdout.splitlines())
+
+
+def test_declared_figures_replace_the_measured_in_the_reports_and_never_in_the_floor(tmp_path, monkeypatch):
+    """A project's [tool.golden-tasks.machine] figures are the peaks its rows' speeds use and `golden-tasks machine`
+    shows; the floor keeps to what was measured: a kernel faster than a declared figure is not failed for it."""
+    import subprocess
+    import sys
+
+    import torch
+
+    import golden_tasks
+    from golden_tasks import In, Out, TensorSpec, jit
+
+    (tmp_path / "pyproject.toml").write_text("[tool.golden-tasks.machine.cpu]\ngbps = 0.5\n"
+                                             "tflops = {float32 = 0.25}\n")
+    monkeypatch.chdir(tmp_path)
+
+    @jit(backend="eager")
+    def copy(x: In, out: Out):
+        out.copy_(x)
+
+    specs = [TensorSpec("x", (1024, 1024), torch.float32, torch.randn), TensorSpec("out", (1024, 1024), torch.float32)]
+    result = golden_tasks.run(copy, specs, lambda t: t["out"].copy_(t["x"]), warmup=1, rounds=5, flops=1e6)
+    assert result.passed, result.error  # 8 MiB in well under the 16 ms that 0.5 GB/s would take
+    found = result.report.speed
+    assert (found.peak_gbps, found.peak_tflops) == (0.5, 0.25)
+    assert math.isclose(found.sol_us, 8 * 2**20 / 0.5 / 1e3) and found.sol > 1  # faster than the declared limit
+    shown = subprocess.run([sys.executable, "-m", "golden_tasks.cli", "machine"], capture_output=True, text=True,
+                           timeout=120)
+    assert "declared in pyproject.toml [tool.golden-tasks.machine.cpu], which the reports use instead: 0.5 GB/s, " \
+           "TFLOP/s float32 0.25" in shown.stdout, shown.stdout + shown.stderr

@@ -12,6 +12,7 @@
 --project DIR and --cache DIR go before or after the subcommand (after `node`, every argument is ray start's).
 """
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -413,7 +414,9 @@ def cmd_machine(store: Store, args) -> int:
         key, _ = graph.Lookups(plan, store).resolve(calibrate)
         store.entry_path(calibrate.name, key).unlink(missing_ok=True)
         execute(calibrate, plan, store)
-    found = [(Stats.of(entry).node or {}, limits) for _, entry in store.entries() if entry.stage == calibrate.name
+    declared = config.Project.at(args.project, cache=args.cache).layout.machine  # [tool.golden-tasks.machine]
+    found = [(Stats.of(entry).node or {}, dataclasses.replace(limits, declared=declared.get(limits.device)))
+             for _, entry in store.entries() if entry.stage == calibrate.name
              for limits in map(Limits.from_json, MachineMeta.of(entry).limits)]
     if not found:
         print(f"nothing measured in {store.root} yet: `doit verify` measures this machine on its first run, "

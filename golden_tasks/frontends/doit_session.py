@@ -181,12 +181,15 @@ class Session:
             if line["worst"]:
                 worst[case] = Worst(**line["worst"])
         runs = lib.project.runs
+        declared = lib.project.layout.machine
         rows = summary.with_baselines([summary.case_row(lib.plans[c], *summary.walked(lib.plans[c], states, errors),
-                                                        lib.store, self.hits.get(c), worst.get(c)) for c in cases])
+                                                        lib.store, self.hits.get(c), worst.get(c), declared)
+                                       for c in cases])
         lib.store.record_use({(stage, key) for row in rows for stage, key in row.keys.items() if key})
         for row in rows:
             row.log = str(report.log_path(runs, row.case)) if row.status == Verdict.FAIL else None
         self.record = RunRecord(cases=rows, started=self.started, finished=time.time(), machine=machine(),
+                                declared=declared,
                                 toolchain=toolchain())
         try:
             report.write_files(runs, self.record)

@@ -70,7 +70,8 @@ class CaseItem(pytest.Item):
         root = self.config.rootpath
         library = _library(root)
         plan = library.plans[self.name]
-        row, _ = verify(plan, library.store, library.project.runs / self.name, producer=cluster.producer(root))
+        row, _ = verify(plan, library.store, library.project.runs / self.name, producer=cluster.producer(root),
+                        declared=library.project.layout.machine)
         if row.status == Verdict.SKIPPED:  # reported at the case's module, not at this line
             raise pytest.skip.Exception(row.skipped, _use_item_location=True)
         if row.status != Verdict.PASS:

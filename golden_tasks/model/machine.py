@@ -21,6 +21,8 @@ from .records import JsonRecord, Speed, Timing
 from .work import Work
 
 KINDS = ("triad", "copy", "read", "write")  # how the bytes move, each measured at every size
+# the floating dtypes a FLOP rate may be declared at (a project's [tool.golden-tasks.machine])
+FLOATING = ("float64", "float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 # Below this the floor holds nothing to account: a call's own overhead exceeds what the calibration resolves
 FLOOR_LEAST_US = 20.0
 # The least uncertainty of a calibrated figure, relative: one process's bandwidth and FLOP rate vary from run to

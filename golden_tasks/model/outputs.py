@@ -81,13 +81,16 @@ class GoldenMeta(Meta):
 class MachineMeta(Meta):
     limits: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # machine.Limits.to_json() per device
 
-    def of_device(self, device: str, threads: int | None) -> Limits | None:
+    def of_device(self, device: str, threads: int | None, declared: dict[str, Any] | None = None) -> Limits | None:
         """The limits measured for `device` ("cpu" or "cuda") with `threads` threads (a CPU's: those measured with
-        the fewest threads that are not fewer, else with the most), or None."""
+        the fewest threads that are not fewer, else with the most), or None; `declared`: a project's figures by
+        device (project.layout.Layout.machine), which they then hold (Limits.declared)."""
         found = sorted((Limits.from_json(record, "limits") for record in self.limits if record.get("device") == device),
                        key=lambda limits: limits.threads or 0)
         enough = [limits for limits in found if (limits.threads or 0) >= (threads or 0)]
-        return enough[0] if enough else found[-1] if found else None
+        limits = enough[0] if enough else found[-1] if found else None
+        given = (declared or {}).get(device)
+        return dataclasses.replace(limits, declared=given) if limits and given else limits
 
 
 @dataclasses.dataclass(frozen=True)

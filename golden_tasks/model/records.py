@@ -330,6 +330,9 @@ class RunRecord(JsonRecord):
     finished: float | None = None
     machine: dict[str, Any] = dataclasses.field(default_factory=dict)  # toolchain.machine()
     toolchain: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the figures the project declares for its devices ([tool.golden-tasks.machine]), which the rows' speeds
+    # use instead of the measured ones
+    declared: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:

@@ -72,12 +72,14 @@ class RunResult:
 
 
 def verify(plan: Plan | FailedPlan, store: Store, work_dir: Path, case: CaseSource = IMPORTED,
-           producer: Producer | None = None) -> tuple[CaseRow, dict[str, float | None]]:
+           producer: Producer | None = None, declared: dict[str, Any] | None = None
+           ) -> tuple[CaseRow, dict[str, float | None]]:
     """Every stage of `plan` in graph order, each reused from `store` or computed, up to the first that
     fails; the runtime dir `work_dir` written when the case passes; the hits and misses logged.
     Returns (the summary row: summary.case_row, stage -> seconds of the run that made its entry).
     `case`: Live when the caller has the case (else imported where a stage runs its code); `producer`
-    runs the stages that must run (execution.execute; cluster.producer: this run's executor)."""
+    runs the stages that must run (execution.execute; cluster.producer: this run's executor); `declared`: the
+    project's figures of its devices (project.layout.Layout.machine)."""
     walked = Recorder()
     if not plan.error:
         plan = cast(Plan, plan)  # only a FailedPlan has an error (Plan.error is None)
@@ -87,7 +89,7 @@ def verify(plan: Plan | FailedPlan, store: Store, work_dir: Path, case: CaseSour
                                                     for s in stages):
             config.apply_threads()  # imports torch: not for a case whose every stage is cached
         walk(plan, store, stages, walked, case, producer)
-    row = summary.case_row(plan, walked.states, walked.errors, store, failed=walked.worst)
+    row = summary.case_row(plan, walked.states, walked.errors, store, failed=walked.worst, declared=declared)
     if row.status == Verdict.PASS and not plan.baseline_of:  # a baseline has no runtime dir
         plan = cast(Plan, plan)  # a FailedPlan's row is a FAIL (summary.case_row)
         if plan.fresh or not runtime.is_current(graph.Lookups(plan, store), work_dir):
@@ -156,9 +158,10 @@ def _run(fn: "KernelForm | str", specs: object, golden: object, name: str | None
         plan = kernel
     except VerificationFailure as exc:
         plan = FailedPlan(case_name, None, str(exc), config.profile())
-    producer = cluster.producer(Path.cwd())
-    row, timings = verify(plan, store, work_dir, IMPORTED if case is None else Live(case), producer)
-    rows = [verify(b, store, work_dir, Live(c), producer)[0] for b, c in zip(baselines, case.with_baselines()[1:])] \
+    producer, declared = cluster.producer(Path.cwd()), project.layout.machine
+    row, timings = verify(plan, store, work_dir, IMPORTED if case is None else Live(case), producer, declared)
+    rows = [verify(b, store, work_dir, Live(c), producer, declared)[0]
+            for b, c in zip(baselines, case.with_baselines()[1:])] \
         if case and row.stages.get(StageName.VALIDATE) in (StageState.RAN, StageState.CACHED) else []
     summary.with_baselines([row, *rows])
     bench = golden_entry = None

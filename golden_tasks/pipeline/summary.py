@@ -18,11 +18,12 @@ from .stage_table import STAGES, StageName
 
 
 def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: dict[str, str], store: Store,
-             known: dict[str, Entry] | None = None,
-             failed: Worst | None = None) -> CaseRow:
+             known: dict[str, Entry] | None = None, failed: Worst | None = None,
+             declared: dict[str, Any] | None = None) -> CaseRow:
     """The summary of one case from its stage states and its cached entries; `known`: entries already
     found under their current keys (graph.Lookups); `failed`: what a validation that failed in this run found at worst
-    (errors.StageFailed.worst)."""
+    (errors.StageFailed.worst); `declared`: the project's figures of its devices (Layout.machine), which its
+    speed then uses."""
     stages: dict[str, StageState] = {s.name: states.get(s.name, StageState.NOT_RUN) for s in STAGES}
     if isinstance(plan, FailedPlan):
         return CaseRow(case=plan.case, status=Verdict.FAIL, stages=dict.fromkeys(stages, StageState.NOT_RUN),
@@ -60,7 +61,7 @@ def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: 
     if kernel_timing and kernel_timing.ranks:
         row.rank_us = [rank.median for rank in kernel_timing.ranks]
         row.imbalance = kernel_timing.imbalance
-    row.speed = _speed(plan, entries, None if caveat else kernel_timing)
+    row.speed = _speed(plan, entries, None if caveat else kernel_timing, declared)
     if errors or StageState.FAILED in stages.values():
         row.status, row.reason = Verdict.FAIL, _first_failure(errors)
     elif verdict and verdict.skipped:
@@ -110,7 +111,8 @@ def _timing(entry: Entry, field: str) -> Timing | None:
     return timing and dataclasses.replace(timing, samples=None if record is None else record.digest)
 
 
-def _speed(plan: Plan, entries: Mapping[str, Entry | None], timing: Timing | None) -> Speed | None:
+def _speed(plan: Plan, entries: Mapping[str, Entry | None], timing: Timing | None,
+           declared: dict[str, Any] | None) -> Speed | None:
     """The case's work, and what `timing` (None: no figure) makes of it against the machine's limits measured on
     its device (model.machine.speed); None for a plan from before work was counted."""
     if not plan.work:
@@ -118,7 +120,7 @@ def _speed(plan: Plan, entries: Mapping[str, Entry | None], timing: Timing | Non
     work, golden, calibrated = (Work.from_json(plan.work), entries[StageName.GOLDEN], entries[StageName.CALIBRATE])
     flops = work.flops(GoldenMeta.of(golden).flops if golden else None)
     device, threads = (timing.device or "cpu", timing.threads) if timing else ("cpu", None)
-    limits = MachineMeta.of(calibrated).of_device(device, threads) if calibrated else None
+    limits = MachineMeta.of(calibrated).of_device(device, threads, declared) if calibrated else None
     return speed(work.bytes, "specs" if work.declared_bytes is None else "declared", flops,
                  None if flops is None else "counted" if work.declared_flops is None else "declared",
                  work.working_set, work.dtype, limits, timing.median if timing else None,

@@ -8,6 +8,10 @@ its pyproject.toml, else the defaults (kernels/, cache/, runs/ beside it).
     profile = "small"             # the size profile when no profile=NAME is given
     backend = "eager"             # every case's backend when no backend=NAME is given
 
+    [tool.golden-tasks.machine.cpu]  # figures that replace what calibrate measured, per device ("cpu", "cuda")
+    gbps = 40.0                      # memory bandwidth at every working-set size
+    tflops = {float32 = 1.5, bfloat16 = 3.0}  # matmul rate per dtype
+
 A kernel folder's modules (its *.py files but _private ones) are imported as `<folder name>.<stem>`,
 with the folder's parent on sys.path: `kernels/rms_norm.py` is `kernels.rms_norm`, and
 `src/mykernels/attn.py` is `mykernels.attn`. Reads no module and imports neither torch nor doit.
@@ -17,6 +21,7 @@ import functools
 import sys
 from pathlib import Path
 
+from ..model.machine import FLOATING
 from ..model.origin import add_project
 from ..model.plan import BACKENDS
 
@@ -26,7 +31,8 @@ else:  # pragma: no cover -- the tomli backport, a dependency below 3.11
     import tomli as tomllib
 
 TABLE = "tool.golden-tasks"
-KEYS = ("backend", "cache", "kernels", "profile", "runs")
+KEYS = ("backend", "cache", "kernels", "machine", "profile", "runs")
+DEVICES = ("cpu", "cuda")  # the devices [tool.golden-tasks.machine] may declare the figures of
 
 
 class LayoutError(ValueError):
@@ -53,6 +59,9 @@ class Layout:
     backend: str = None
     configured: bool = False
     named: tuple = ()  # the kernel folders as the table writes them (empty: the default folder)
+    # device -> the figures declared for it ({"gbps": GB/s, "tflops": {dtype: TFLOP/s}}), which the reports use
+    # instead of the measured ones (model.machine.Limits.declared); the floor keeps to what was measured
+    machine: dict = dataclasses.field(default_factory=dict)
 
     def modules(self) -> list:
         """Every kernel module, folder by folder, each folder's in name order."""
@@ -141,4 +150,38 @@ def declared(root: Path) -> Layout:
         raise LayoutError(f"{where}: backend {backend!r} is not a backend ({', '.join(BACKENDS)})")
     return Layout(root, kernels, cache and (root / cache).resolve(), runs and (root / runs).resolve(),
                   _text(table, "profile", where), backend, configured=document_has,
-                  named=tuple(folders) if "kernels" in table else ())
+                  named=tuple(folders) if "kernels" in table else (), machine=_machine(table.get("machine"), where))
+
+
+def _rate(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise LayoutError(f"{where} must be a number > 0, not {value!r}")
+    return float(value)
+
+
+def _machine(table, where: str) -> dict:
+    """The [tool.golden-tasks.machine] table, checked: device -> {"gbps": float, "tflops": {dtype: float}}."""
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise LayoutError(f"{where}: machine must be a table of devices ({', '.join(DEVICES)})")
+    declared = {}
+    for device, figures in table.items():
+        at = f"{where}: machine.{device}"
+        if device not in DEVICES:
+            raise LayoutError(f"{at}: {device!r} is not a device ({', '.join(DEVICES)})")
+        if not isinstance(figures, dict) or not figures or set(figures) - {"gbps", "tflops"}:
+            raise LayoutError(f"{at} must be a table of gbps (a number) and tflops (a table of dtypes), "
+                              f"not {figures!r}")
+        declared[device] = {}
+        if "gbps" in figures:
+            declared[device]["gbps"] = _rate(figures["gbps"], f"{at}.gbps")
+        if "tflops" in figures:
+            rates = figures["tflops"]
+            if not isinstance(rates, dict) or not rates:
+                raise LayoutError(f"{at}.tflops must be a table of dtypes ({', '.join(FLOATING)}), not {rates!r}")
+            for dtype in rates:
+                if dtype not in FLOATING:
+                    raise LayoutError(f"{at}.tflops: {dtype!r} is not a floating dtype ({', '.join(FLOATING)})")
+            declared[device]["tflops"] = {dtype: _rate(r, f"{at}.tflops.{dtype}") for dtype, r in rates.items()}
+    return declared

@@ -33,6 +33,10 @@ def format_limits(found: list[tuple[dict, Limits]]) -> str:
             lines.append(f"  datasheet: {limits.datasheet['gbps']:g} GB/s, TFLOP/s "
                          + ", ".join(f"{d} {r:g}" for d, r in limits.datasheet["tflops"].items()))
         if limits.declared:
-            lines.append(f"  declared in [tool.golden-tasks.machine], used instead: {limits.declared}")
+            figures = ([f"{limits.declared['gbps']:g} GB/s"] if "gbps" in limits.declared else []) + (
+                ["TFLOP/s " + ", ".join(f"{d} {r:g}" for d, r in limits.declared["tflops"].items())]
+                if "tflops" in limits.declared else [])
+            lines.append(f"  declared in pyproject.toml [tool.golden-tasks.machine.{limits.device}], which the reports "
+                         f"use instead: {', '.join(figures)}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

@@ -29,7 +29,8 @@ def library_key(record: RunRecord) -> str:
     its rows name, and the code that draws them."""
     speeds = [[row.case, row.speed and row.speed.to_json()] for row in record.cases]
     calibrated = sorted({key for row in record.cases if (key := row.keys.get(StageName.CALIBRATE))})
-    return digest_json({"speeds": speeds, "limits": calibrated, "code": drawing_code(__name__)})
+    return digest_json({"speeds": speeds, "limits": calibrated, "declared": record.declared,
+                        "code": drawing_code(__name__)})
 
 
 def limits_of(record: RunRecord, store) -> Limits:
@@ -44,7 +45,7 @@ def limits_of(record: RunRecord, store) -> Limits:
         raise Unplottable(f"its calibrate entry {key[:16]} is no longer in the cache")
     timed = collections.Counter((t.device or "cpu", t.threads) for row in record.cases if (t := row.kernel_timing))
     device, threads = timed.most_common(1)[0][0] if timed else ("cpu", None)
-    limits = MachineMeta.of(entry).of_device(device, threads)
+    limits = MachineMeta.of(entry).of_device(device, threads, record.declared)
     if limits is None:
         raise Unplottable(f"the calibration holds no limits of the {device}")
     return limits
