@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
-from project import CALIBRATION
+from project import CALIBRATION, seed_calibration
 
 from golden_tasks.project.config import THIRD_PARTY_WARNINGS, RunContext
 
@@ -34,6 +34,14 @@ def calibration(tmp_path_factory) -> Path:
                            env=env, check=True, capture_output=True, timeout=600)
     os.environ[CALIBRATION] = str(root)
     return root
+
+
+@pytest.fixture
+def calibrated(isolated_dirs):
+    """The test's cache ($GOLDEN_TASKS_CACHE) starts with the session's calibration, as a user's holds it after
+    its first run: an in-process golden_tasks.run measures no machine. A module of such runs uses it for every
+    test (`pytestmark = pytest.mark.usefixtures("calibrated")`)."""
+    seed_calibration(isolated_dirs / "cache")
 
 
 @pytest.fixture(autouse=True)

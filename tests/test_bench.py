@@ -9,6 +9,8 @@ import torch
 import golden_tasks
 from golden_tasks import In, InOut, Out, TensorSpec, jit
 
+pytestmark = pytest.mark.usefixtures("calibrated")  # golden_tasks.run measures no machine
+
 SPECS = [TensorSpec("x", (64,), torch.float32, torch.randn), TensorSpec("out", (64,), torch.float32)]
 
 
@@ -130,12 +132,17 @@ def test_adaptive_rounds_stop_on_each_criterion_with_real_timing():
 
 
 @pytest.mark.e2e
-def test_speedup_comes_with_its_uncertainty():
-    result = verify(double, rse=0.2, warmup=1)
-    row = result.report
-    assert row.speedup == pytest.approx(row.golden_us / row.kernel_us)
-    k, g = row.kernel_timing.median_rse, row.golden_timing.median_rse  # the medians' noise
-    assert row.speedup_err == pytest.approx(row.speedup * (k * k + g * g) ** 0.5)
+def test_speedup_over_the_baseline_comes_with_its_uncertainty():
+    def double_torch(x, out):
+        torch.mul(x, 2, out=out)
+
+    result = verify(double, rse=0.2, warmup=1, baselines={"torch": double_torch})
+    row, (base,) = result.report, result.baselines
+    assert base.case == "double@torch" and base.status == "PASS" and row.baseline == "torch"
+    assert row.speedup == pytest.approx(base.kernel_us / row.kernel_us)
+    k, b = row.kernel_timing.median_rse, base.kernel_timing.median_rse  # the medians' noise
+    assert row.speedup_err == pytest.approx(row.speedup * (k * k + b * b) ** 0.5)
+    assert row.golden_us > 0 and verify(double, rse=0.2, warmup=1).report.speedup is None  # no baseline: none
 
 
 def golden_zeros(t):

@@ -103,10 +103,11 @@ def _project(path: Path, wait: float = 60.0) -> Project:
 
 
 def _digests(cache: Path) -> dict:
-    """(stage, case) -> the entry's digest, for the stages whose outputs are not timings."""
+    """(stage, key) -> the entry's digest, for the stages whose outputs are not timings. By key, not by case: an
+    entry two cases share names whichever of them made it first."""
     entries = [json.loads(p.read_text()) for p in sorted(cache.glob("entries/*/*/*.json"))]
     # measurements (timings, the machine's limits) differ run to run
-    return {(e["stage"], e["case"]): e["digest"] for e in entries
+    return {(e["stage"], e["key"]): e["digest"] for e in entries
             if e["stage"] not in ("calibrate", "bench", "golden_bench")}
 
 
@@ -151,7 +152,7 @@ def test_the_library_verifies_on_the_cluster_as_it_does_here(ray_cluster, tmp_pa
     # a task per entry made (a case whose stage has another's key waits for that one's entry and submits nothing)
     made = len(list(proj.cache.glob("entries/*/*/*.json")))
     assert f"ray: {made} tasks submitted to {ray_cluster.address}" in run.stdout, run.stdout
-    # twice and special share the entries of the stages their resources do not key: (stage, case) names each once
+    # twice and special share the entries of the stages their resources do not key: one entry each
     assert _digests(proj.cache) == _digests(local) and len(_digests(local)) == 19 + 8
     hosts = [e["stats"]["node"]["host"] for e in proj.entries("bench")]
     assert len(hosts) == 4 and all(hosts)  # a timing names the machine it was measured on

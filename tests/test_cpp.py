@@ -23,6 +23,8 @@ from golden_tasks.project.fingerprint import Fingerprinter
 from golden_tasks.project.fingerprint_parts import parts
 from golden_tasks.stages import abi
 
+pytestmark = pytest.mark.usefixtures("calibrated")  # golden_tasks.run measures no machine
+
 F32, I64 = torch.float32, torch.int64
 HALF_MAX, BF16_MAX = torch.finfo(torch.float16).max, torch.finfo(torch.bfloat16).max
 

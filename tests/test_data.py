@@ -9,6 +9,8 @@ import golden_tasks
 from golden_tasks import Case, In, InOut, Out, Scalar, ScalarSpec, SpecError, TensorSpec, jit
 from golden_tasks.planning.data import describe
 
+pytestmark = pytest.mark.usefixtures("calibrated")  # golden_tasks.run measures no machine
+
 
 @jit(backend="eager")
 def axpy(x: In, y: InOut, alpha: Scalar, out: Out):

@@ -1,6 +1,6 @@
 """End to end: real `doit` in a temporary copy of the project with its own cache.
 
-One cold run of the library (with -n 2; the DeepSeek-V4 family has its own
+One cold run of the library (with -n 2, compiled eagerly; the DeepSeek-V4 family has its own
 in tests/test_dsv4.py), then edits to a copy of kernels/rms_norm.py, asserting from `doit --reporter=json` exactly which
 stages ran and which were reused ("up-to-date").
 """
@@ -31,6 +31,9 @@ def heavy_ran(results):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     proj = Project(tmp_path_factory.mktemp("project"), LIBRARY)
+    # every case compiled eagerly, as the project's own setting: these tests are about which stages run and what
+    # they reuse; AOTInductor's builds of the library are the README's cold run's and tests/test_dsv4.py's
+    (proj.path / "pyproject.toml").write_text('[tool.golden-tasks]\nbackend = "eager"\n')
     proj.cold = proj.doit("-n", "2", "verify")
     return proj
 

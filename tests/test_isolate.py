@@ -16,6 +16,8 @@ from golden_tasks.forms.isolate import GUARD_BYTES, Guarded
 from golden_tasks.model.rows import ParamRow
 from golden_tasks.model.specs import table_of
 
+pytestmark = pytest.mark.usefixtures("calibrated")  # golden_tasks.run measures no machine
+
 # The misbehaviour is data dependent (x > 0) so that compile-time checks, which run the
 # body on fakes or zeros, never trigger it; dispatch runs it on x = 1.
 MISBEHAVING = '''

@@ -16,6 +16,8 @@ from golden_tasks.pipeline import graph
 from golden_tasks.pipeline.stage_table import BY_NAME, STAGES
 from golden_tasks.planning.library import run_variables
 
+pytestmark = pytest.mark.usefixtures("calibrated")  # golden_tasks.run measures no machine
+
 
 def test_every_field_list_derives_from_the_declarations():
     assert plan.SOURCE_FIELDS == ("params", "signature", "specs", "seed", "kernel", "ranks", "resources", "golden",

@@ -14,7 +14,8 @@ pytest.importorskip("triton", reason="the triton extra is not installed")
 from golden_tasks.forms import triton_form
 from golden_tasks.project.toolchain import gpu_visible
 
-pytestmark = pytest.mark.skipif(gpu_visible(), reason="the interpreter's tests: this machine runs Triton on its GPU")
+pytestmark = [pytest.mark.skipif(gpu_visible(), reason="the interpreter's tests: this machine runs Triton on its GPU"),
+              pytest.mark.usefixtures("calibrated")]  # golden_tasks.run measures no machine
 
 MODULES = ("triton_kernels", "triton_decode_swa", "gemm", "rms_norm", "softmax", "decode_attention",
            "sparse_attention", "compressor", "indexer")

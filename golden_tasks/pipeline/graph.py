@@ -29,8 +29,8 @@ from .stage_table import BY_NAME, KERNEL_STAGES, STAGES, Stage
 
 
 def stages_of(plan: Plan) -> tuple[Stage, ...]:
-    """The stages a plan's own walk computes: every stage, or a baseline's (stage_table.KERNEL_STAGES); a
-    baseline reads the others, computed by its case under the same keys (computed_by)."""
+    """The stages that are a plan's own tasks: every stage, or a baseline's (stage_table.KERNEL_STAGES); a
+    baseline reads the others, computed by its case's tasks under the same keys (computed_by)."""
     return KERNEL_STAGES if plan.baseline_of else STAGES
 
 

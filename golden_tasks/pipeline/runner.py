@@ -12,7 +12,7 @@ from ..project import config
 from ..storage.store import Store
 from . import cluster, graph, runtime, summary
 from .execution import IMPORTED, CaseSource, Live, Producer, produce_here
-from .stage_table import BY_NAME, StageName
+from .stage_table import BY_NAME, STAGES, StageName
 from .stored import load_timings
 from .walker import Recorder, walk
 
@@ -84,11 +84,12 @@ def verify(plan: Plan | FailedPlan, store: Store, work_dir: Path, case: CaseSour
     if not plan.error:
         plan = cast(Plan, plan)  # only a FailedPlan has an error (Plan.error is None)
         lookups = graph.Lookups(plan, store)
-        stages = graph.stages_of(plan)
+        # every stage, a baseline's too: those it shares with its case are found under the same keys (or computed,
+        # where its case's walk has not yet: a pytest item may run before its case's)
         if producer in (None, produce_here) and any(graph.remeasured(s, plan) or lookups.cached(s) is None
-                                                    for s in stages):
+                                                    for s in STAGES):
             config.apply_threads()  # imports torch: not for a case whose every stage is cached
-        walk(plan, store, stages, walked, case, producer)
+        walk(plan, store, STAGES, walked, case, producer)
     row = summary.case_row(plan, walked.states, walked.errors, store, failed=walked.worst, declared=declared)
     if row.status == Verdict.PASS and not plan.baseline_of:  # a baseline has no runtime dir
         plan = cast(Plan, plan)  # a FailedPlan's row is a FAIL (summary.case_row)
@@ -161,8 +162,7 @@ def _run(fn: "KernelForm | str", specs: object, golden: object, name: str | None
     producer, declared = cluster.producer(Path.cwd()), project.layout.machine
     row, timings = verify(plan, store, work_dir, IMPORTED if case is None else Live(case), producer, declared)
     rows = [verify(b, store, work_dir, Live(c), producer, declared)[0]
-            for b, c in zip(baselines, case.with_baselines()[1:])] \
-        if case and row.stages.get(StageName.VALIDATE) in (StageState.RAN, StageState.CACHED) else []
+            for b, c in zip(baselines, case.with_baselines()[1:])] if case else []
     summary.with_baselines([row, *rows])
     bench = golden_entry = None
     if isinstance(plan, Plan):
