@@ -119,16 +119,18 @@ def main() -> int:
         print(f"\nno run record at {args.record}: `doit verify` writes one, then run this again to place its cases")
         return 0
     print(f"\nthe cases of {args.record} against the machine they ran on:")
-    print(f"{'case':<24} {'bytes':>10} {'FLOPs':>10} {'GB/s':>8} {'TFLOP/s':>9} {'SOL':>6}  bound")
+    print(f"{'case':<28} {'bytes':>10} {'FLOPs':>10} {'GB/s':>8} {'TFLOP/s':>9} {'SOL':>6}  {'bound':<7}  speedup")
     for row in record.cases:
         speed = row.speed
         if speed is None or speed.gbps is None:
-            print(f"{row.case:<24} {'-':>10}  ({row.status}{': ' + row.skipped if row.skipped else ''})"[:110])
+            print(f"{row.case:<28} {'-':>10}  ({row.status}{': ' + row.skipped if row.skipped else ''})"[:110])
             continue
         flops = f"{speed.flops:.3g}" if speed.flops else "-"
         tflops = f"{speed.tflops:.3g}" if speed.tflops else "-"
         sol = f"{speed.sol:.2f}" if speed.sol is not None else "-"
-        print(f"{row.case:<24} {speed.bytes:>10} {flops:>10} {speed.gbps:8.3g} {tflops:>9} {sol:>6}  {speed.bound}")
+        speedup = f"{row.speedup:.2f}x over {row.baseline}" if row.speedup is not None and row.baseline else "-"
+        print(f"{row.case:<28} {speed.bytes:>10} {flops:>10} {speed.gbps:8.3g} {tflops:>9} {sol:>6}  "
+              f"{speed.bound:<7}  {speedup}")
     print(f"\nmedian fraction of the speed of light: "
           f"{statistics.median(r.speed.sol for r in record.cases if r.speed and r.speed.sol) or 0:.2f}")
     return 0
