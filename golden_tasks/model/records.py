@@ -313,6 +313,11 @@ class CaseRow(JsonRecord):
     # its work and what its timing makes of it against this machine's limits (model.machine.Speed)
     speed: Speed | None = None
 
+    @property
+    def speedup_over(self) -> str:
+        """What the speedup is over: the baseline's name, or for a record from before baselines, the golden."""
+        return self.baseline or "the golden's median"
+
     def max_error(self) -> str:
         """The `max err` of the summary: what is worst about the outputs (elements unwritten, NaN, infinite:
         "896 unwritten"), else the largest absolute error ("2.22e-16"); "-" without a comparison."""

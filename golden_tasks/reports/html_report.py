@@ -70,7 +70,7 @@ def _speedup_text(row: CaseRow) -> str:
     if row.speedup is None:
         return "-"
     return _fmt(row.speedup, ".3g") + "x" + ("" if row.speedup_err is None else f" ± {_fmt(row.speedup_err, '.2g')}") \
-        + f" over {row.baseline or 'golden'}"
+        + f" over {row.speedup_over}"
 
 
 def _protection_text(protected) -> str:

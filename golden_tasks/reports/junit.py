@@ -92,7 +92,7 @@ def _summary_line(row: CaseRow) -> str:
         words.append(f"golden {figures['golden_us']:.2f} us")
     if "speedup" in figures:
         err = f" ±{figures['speedup_err']:.2f}" if "speedup_err" in figures else ""
-        words.append(f"speedup {figures['speedup']:.2f}x{err} over {row.baseline or 'golden'}")
+        words.append(f"speedup {figures['speedup']:.2f}x{err} over {row.speedup_over}")
     if {"max_abs", "unwritten", "nan", "inf"} & set(figures):
         words.append(f"max err {row.max_error()}")
     return ", ".join(words)

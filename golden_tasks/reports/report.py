@@ -36,7 +36,7 @@ def _speedup(row: CaseRow) -> str:
     if row.speedup is None:
         return "-"
     return f"{row.speedup:.2f}x" + ("" if row.speedup_err is None else f" ±{row.speedup_err:.2f}") \
-        + f" over {row.baseline or 'golden'}"
+        + f" over {row.speedup_over}"
 
 
 def _sol(row: CaseRow) -> str:
