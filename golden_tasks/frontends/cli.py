@@ -12,7 +12,6 @@
 --project DIR and --cache DIR go before or after the subcommand (after `node`, every argument is ray start's).
 """
 import argparse
-import dataclasses
 import functools
 import json
 import math
@@ -415,7 +414,7 @@ def cmd_machine(store: Store, args) -> int:
         store.entry_path(calibrate.name, key).unlink(missing_ok=True)
         execute(calibrate, plan, store)
     declared = config.Project.at(args.project, cache=args.cache).layout.machine  # [tool.golden-tasks.machine]
-    found = [(Stats.of(entry).node or {}, dataclasses.replace(limits, declared=declared.get(limits.device)))
+    found = [(Stats.of(entry).node or {}, limits.with_declared(declared))
              for _, entry in store.entries() if entry.stage == calibrate.name
              for limits in map(Limits.from_json, MachineMeta.of(entry).limits)]
     if not found:

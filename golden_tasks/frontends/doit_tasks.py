@@ -190,13 +190,10 @@ def _print_variables() -> None:
 
 def task_names(lib) -> set:
     """The names of the tasks of each case of the library `lib` (planning.library.Library)."""
-    names = set()
-    for plan in lib.plans.values():
-        stages = graph.stages_of(plan) if not plan.error else STAGES
-        names |= {f"{task}:{plan.case}" for task in (PLAN, VERIFY, *(s.name for s in stages))}
-        if not plan.error and not plan.baseline_of:
-            names |= {f"runtime:{plan.case}", f"replay:{plan.case}"}
-    return names
+    names = {f"{task}:{plan.case}" for plan in lib.plans.values()
+             for task in (PLAN, VERIFY, *(s.name for s in graph.stages_of(plan)))}
+    return names | {f"replay:{p.case}" for p in lib.kernels()} | {f"runtime:{p.case}" for p in lib.kernels()
+                                                                   if not p.error}
 
 
 def tasks_for(root: Path, variables=()) -> dict:
@@ -259,7 +256,7 @@ def tasks_for(root: Path, variables=()) -> dict:
 
     def task_runtime():
         """write runs/<case>: the latest verified run, self-contained and replayable"""
-        for plan in session.library.kernels():
+        for plan in (p for p in session.library.kernels() if not p.error):
             case = plan.case
             yield {"name": case, "actions": [(_materialize, [case])],
                    "uptodate": checked(RuntimeCurrent(session, case)),

@@ -73,6 +73,12 @@ class Limits(JsonRecord):
     measured: float  # Unix time
     seconds: float  # how long the measure took
 
+    def with_declared(self, declared: dict[str, Any]) -> "Limits":
+        """These limits holding the figures `declared` (device -> figures: project.layout.Layout.machine) gives
+        their device, where it gives any."""
+        given = declared.get(self.device)
+        return dataclasses.replace(self, declared=given) if given else self
+
     def gbps(self, size: int) -> float:
         """The bandwidth at a working set of `size` bytes: the best of the kinds at the largest size measured
         that is not larger (the smallest size's below it); a declared figure replaces it."""

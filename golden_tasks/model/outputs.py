@@ -89,8 +89,7 @@ class MachineMeta(Meta):
                        key=lambda limits: limits.threads or 0)
         enough = [limits for limits in found if (limits.threads or 0) >= (threads or 0)]
         limits = enough[0] if enough else found[-1] if found else None
-        given = (declared or {}).get(device)
-        return dataclasses.replace(limits, declared=given) if limits and given else limits
+        return limits.with_declared(declared or {}) if limits else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -238,6 +238,11 @@ class Plan:
         nonce, so that everything depending on them recomputes (once per run: its stages agree)."""
         return dataclasses.replace(self, nonce=uuid.uuid4().hex) if self.volatile else self
 
+    def in_run_of(self, case: "Plan") -> "Plan":
+        """A baseline's plan as keyed in the run its `case`'s plan is (for_this_run): with that plan's nonce, so
+        that the stages it shares with its case have the same keys in both."""
+        return dataclasses.replace(self, nonce=case.nonce)
+
     @functools.cached_property
     def keys_made(self) -> dict[tuple[Any, ...], str]:
         """graph's memo of this plan's stage keys: not a field, so outside its JSON, equality and replace."""

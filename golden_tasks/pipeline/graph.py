@@ -21,14 +21,14 @@ import enum
 from typing import Any
 
 from ..model.hashing import digest_json
-from ..model.plan import Plan, StagePlan
+from ..model.plan import FailedPlan, Plan, StagePlan
 from ..project.toolchain import machine, pipeline_version, toolchain
 from ..storage.entry import Entry
 from ..storage.store import Store
 from .stage_table import BY_NAME, KERNEL_STAGES, STAGES, Stage
 
 
-def stages_of(plan: Plan) -> tuple[Stage, ...]:
+def stages_of(plan: Plan | FailedPlan) -> tuple[Stage, ...]:
     """The stages that are a plan's own tasks: every stage, or a baseline's (stage_table.KERNEL_STAGES); a
     baseline reads the others, computed by its case's tasks under the same keys (computed_by)."""
     return KERNEL_STAGES if plan.baseline_of else STAGES

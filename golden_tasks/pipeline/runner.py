@@ -154,9 +154,8 @@ def _run(fn: "KernelForm | str", specs: object, golden: object, name: str | None
     try:
         case = Case(name=case_name, specs=specs, kernel=fn, golden=golden, **options).resolved()
         made, _ = plans_of(case, profile=config.profile())
-        kernel = made[0].for_this_run()
-        baselines = [dataclasses.replace(b, nonce=kernel.nonce) for b in made[1:]]  # as planning.library's
-        plan = kernel
+        plan = made[0].for_this_run()
+        baselines = [b.in_run_of(plan) for b in made[1:]]
     except VerificationFailure as exc:
         plan = FailedPlan(case_name, None, str(exc), config.profile())
     producer, declared = cluster.producer(Path.cwd()), project.layout.machine

@@ -86,10 +86,14 @@ def with_baselines(rows: list[CaseRow]) -> list[CaseRow]:
     """`rows` (in library order: a case's baselines follow it), each case's speedup set over the first of its
     baselines that passed with a timing (its median over the kernel's, their relative standard errors added in
     quadrature), and a warning for each baseline before it that did not pass."""
+    baselines: dict[str, list[CaseRow]] = {}  # case -> its baselines' rows, in order: one pass, at any library size
+    for row in rows:
+        if row.baseline_of:
+            baselines.setdefault(row.baseline_of, []).append(row)
     for row in rows:
         if row.baseline_of or row.kernel_us is None or row.caveat or row.status == Verdict.FAIL:
             continue
-        for base in (b for b in rows if b.baseline_of == row.case):
+        for base in baselines.get(row.case, ()):
             name = base.case.removeprefix(f"{row.case}@")
             if base.status != Verdict.PASS or not base.kernel_us or base.caveat:
                 if base.status in (Verdict.FAIL, Verdict.INCOMPLETE):

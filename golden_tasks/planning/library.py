@@ -66,7 +66,7 @@ def planned_library(root: Path, store, values: dict) -> dict:
                                   plan.profile)
             else:
                 own = {name: value for name, value in values.items() if name not in AS_DECLARED}
-                plan = dataclasses.replace(plan.overridden(own), nonce=case.nonce)
+                plan = plan.overridden(own).in_run_of(case)
         elif not plan.error:
             plan = plan.overridden(values).for_this_run()
         plans[plan.case] = plan
@@ -87,8 +87,8 @@ class Library:
         return [p for p in self.plans.values() if not p.error]
 
     def kernels(self) -> list:
-        """The plans that planned, but for the baselines' (a baseline has no runtime dir and no replay)."""
-        return [p for p in self.ok() if not p.baseline_of]
+        """Every plan but the baselines' (a baseline has no runtime dir and no replay), failed ones included."""
+        return [p for p in self.plans.values() if not p.baseline_of]
 
     def unplanned(self) -> list:
         """The failed plans of kernel modules that could not be imported or planned at all (named by the
