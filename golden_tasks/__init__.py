@@ -20,7 +20,7 @@ _EXPORTS = {
     "jit": "forms.jit", "JitKernel": "forms.jit", "cpp": "forms.cpp", "CppKernel": "forms.cpp",
     "triton_kernel": "forms.triton_form", "TritonKernel": "forms.triton_form",
     "KernelForm": "forms.base", "Artifact": "forms.base", "CompileError": "model.errors",
-    "Case": "planning.case",
+    "Case": "planning.case", "pow2": "planning.sweep",
     "run": "pipeline.runner", "RunResult": "pipeline.runner", "Verdict": "model.verdicts",
     "StageState": "model.verdicts",
     "allclose": "model.compare", "Comparison": "model.compare", "Sides": "model.compare",

@@ -167,9 +167,9 @@ class Session:
         self.finished = True
         lines = self.outcomes + [json.loads(line) for line in self.journal_path.read_text().splitlines()]
         lib = self._library
-        # a case's baselines with it (verify:CASE verifies them too)
+        # a case's baselines with it (verify:CASE verifies them too), a sweep's points (verify:SWEEP)
         cases = [c for c, p in lib.plans.items() if any(self.line.selects(f"{VERIFY}:{name}")
-                                                         for name in (c, p.baseline_of) if name)]
+                                                         for name in (c, p.baseline_of, p.sweep_of) if name)]
         if not lines or not cases:
             return None
         states, errors, worst = {}, {}, {}

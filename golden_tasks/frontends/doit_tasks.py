@@ -193,7 +193,7 @@ def task_names(lib) -> set:
     names = {f"{task}:{plan.case}" for plan in lib.plans.values()
              for task in (PLAN, VERIFY, *(s.name for s in graph.stages_of(plan)))}
     return names | {f"replay:{p.case}" for p in lib.kernels()} | {f"runtime:{p.case}" for p in lib.kernels()
-                                                                   if not p.error}
+                                                                   if not p.error} | {f"{VERIFY}:{s}" for s in lib.sweeps()}
 
 
 def tasks_for(root: Path, variables=()) -> dict:
@@ -286,6 +286,11 @@ def tasks_for(root: Path, variables=()) -> dict:
                     *([] if plan.baseline_of else [f"runtime:{case}"]), *(f"{VERIFY}:{b}" for b in plan.baselines)]
             yield {"name": case, "actions": None, "task_dep": deps[1:],
                    "uptodate": checked(CaseVerified(case, deps, checks)), "doc": f"verify {case}"}
+        for sweep, points in lib.sweeps().items():  # verify:<sweep>: every point (a failed one always runs)
+            deps = [f"{VERIFY}:{p}" for p in points]
+            failed = any(lib.plans[p].error for p in points)
+            yield {"name": sweep, "actions": None, "task_dep": deps, "doc": f"verify the {len(points)} points of {sweep}",
+                   **({} if failed else {"uptodate": checked(CaseVerified(sweep, deps, checks))})}
 
     tasks = {"task_plan": task_plan, "task_verify": task_verify, "task_runtime": task_runtime,
              "task_replay": task_replay}

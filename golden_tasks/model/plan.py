@@ -168,6 +168,9 @@ class Plan:
     # (pipeline.graph.computed_by); a case's plan: the names of its baselines' plans, the first the table's
     baseline_of: str | None = _field("context")
     baselines: list[str] = _field("context", default=[])
+    # a point's plan (Case.sweep): the sweep it is a point of, and its value on each axis as its name shows it
+    sweep_of: str | None = _field("context")
+    point: dict[str, Any] = _field("context", default={})
     # in no key: it decides only whether a call counts as hung
     timeout: float = _field("run", variable=Variable(("timeout",), _timeout), every_stage=True, default=60.0)
     params: list[ParamRow] = _field("case", rows=ParamRow,
@@ -257,6 +260,7 @@ class FailedPlan:
     module: str | None  # None for golden_tasks.run
     error: str
     profile: str | None = None
+    sweep_of: str | None = None  # a point that failed: its sweep, whose points verify:<sweep> verifies
     baseline_of: ClassVar[None] = None  # as a Plan's: a failed plan plans no baseline
     baselines: ClassVar[tuple[str, ...]] = ()
 

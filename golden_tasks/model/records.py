@@ -295,6 +295,9 @@ class CaseRow(JsonRecord):
     golden_us: float | None = None
     # a baseline's row (Case.baselines): the case it is a baseline of
     baseline_of: str | None = None
+    # a point's row (Case.sweep): its sweep, and its value on each axis as its name shows it
+    sweep_of: str | None = None
+    point: dict[str, Any] = dataclasses.field(default_factory=dict)
     # the first of the case's baselines that passed (its name), the ratio of its median to the kernel's, and that
     # ratio's 1-sigma uncertainty; a record from before baselines: None, its speedup over the golden's median
     baseline: str | None = None

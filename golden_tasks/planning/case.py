@@ -3,6 +3,7 @@ fingerprints of the kernel, golden and policy, the spec descriptors, the declare
 table, computed where the case's module is imported.
 """
 import dataclasses
+import functools
 import glob
 import importlib
 import inspect
@@ -26,6 +27,7 @@ from ..project.fingerprint import Fingerprinter
 from ..project.fingerprint_parts import changed_parts, parts
 from ..project.observe import listed
 from .data import describe
+from .sweep import label, point_name, points
 
 
 @dataclasses.dataclass
@@ -79,7 +81,23 @@ class Case(BenchSettings):
     # does not run it; the table's speedup is over the first that passes
     baselines: dict = dataclasses.field(default_factory=dict)
     baseline_of: str = None  # set by with_baselines, never by hand: the case this one is a baseline of
+    # the axes the case is verified across, by name: lists of values (a range, pow2(16, 256), dtypes); each
+    # point is a case of its own, `<name>.<axis>-<value>...`, whose specs are `specs` called with the point's
+    # values by keyword (planning/sweep.py)
+    sweep: dict = dataclasses.field(default_factory=dict)
+    sweep_of: str = None  # set by points, never by hand: the sweep this case is a point of
+    point: dict = dataclasses.field(default_factory=dict)  # set by points: its value on each axis, as named
     root: Path = None  # where relative file_deps are found: the module's directory (run(): the cwd)
+
+    def points(self) -> list["Case"]:
+        """The case itself, or for a sweep a case per point (unresolved), in order; a bad sweep is a SpecError
+        naming the case and the axis."""
+        if not self.sweep:
+            return [self]
+        return [dataclasses.replace(self, name=point_name(self.name, values), sweep={}, sweep_of=self.name,
+                                    specs=functools.partial(self.specs, **values),
+                                    point={axis: label(value) for axis, value in values.items()})
+                for values in points(self.name, self.sweep, self.specs)]
 
     def resolved(self, module=None, kernel_facts: KernelFacts = None) -> "Case":
         """A copy with defaults filled in from `module`, `specs` evaluated, and everything checked. A
@@ -95,6 +113,8 @@ class Case(BenchSettings):
         if not any(p.is_output for p in kernel.params()):
             raise SpecError(f"case {self.name!r}: kernel {kernel.name} has no Out or InOut parameter, "
                             "so there is nothing to verify")
+        if self.sweep:
+            raise SpecError(f"case {self.name!r}: a sweep is resolved point by point (Case.points)")
         if self.ranks is not None:
             world_size(self.ranks, f"case {self.name!r}")
         ranks = self.ranks or kernel.ranks
@@ -289,7 +309,8 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         parts={"kernel": parts(case.kernel, fp),
                "golden": parts(case.golden, fp) if case.golden is not None else {}},  # not a stage: the function
         volatile=sorted(set(fp.volatile)), golden_protected=isinstance(case.kernel, KernelRef),
-        baseline_of=case.baseline_of, baselines=[c.name for c in case.with_baselines()[1:]])
+        baseline_of=case.baseline_of, baselines=[c.name for c in case.with_baselines()[1:]],
+        sweep_of=case.sweep_of, point=case.point)
     return plan, fp.files | data_files | external_files
 
 
@@ -319,8 +340,10 @@ def live_case(plan: Plan) -> Case:
     from ..forms import isolate  # noqa: PLC0415 -- imports torch, as this module does
 
     module = importlib.import_module(plan.module)
-    for case in module_cases(module):
-        if case.name == (plan.baseline_of or plan.case):
+    wanted = plan.baseline_of or plan.case
+    for case in (point for case in module_cases(module) if case.name == (plan.sweep_of or wanted)
+                 for point in case.points()):
+        if case.name == wanted:
             recorded = isinstance(case.kernel, str) and not isolate.confined_here()
             resolved = next((c for c in case.resolved(module, KernelFacts(plan.ranks, plan.params) if recorded
                                                       else None).with_baselines() if c.name == plan.case), None)

@@ -168,14 +168,20 @@ def plan_modules(root: Path, modules: list, log: int = None) -> dict:
             plans = []
             for case in cases:
                 try:
-                    made, used = plans_of(case.resolved(module), module_name, profile)
-                    for name in used:
-                        observer.add("files", name)
-                    for name in made[0].external["env"]:
-                        observer.add("env", name)
-                except (Exception, SystemExit) as exc:  # noqa: BLE001 -- user code: its error fails the case's plan
-                    made = [FailedPlan(case.name, module_name, described(exc), profile)]
-                plans.extend(made)
+                    points = case.points()
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 -- a bad sweep fails the case's plan
+                    plans.append(FailedPlan(case.name, module_name, described(exc), profile))
+                    continue
+                for point in points:  # a point's failure is its own
+                    try:
+                        made, used = plans_of(point.resolved(module), module_name, profile)
+                        for name in used:
+                            observer.add("files", name)
+                        for name in made[0].external["env"]:
+                            observer.add("env", name)
+                    except (Exception, SystemExit) as exc:  # noqa: BLE001 -- user code: its error fails the plan
+                        made = [FailedPlan(point.name, module_name, described(exc), profile, point.sweep_of)]
+                    plans.extend(made)
             names = [p.case for p in plans]
             result[module_name] = [FailedPlan(p.case, module_name, f"case name {p.case!r} is defined more than "
                                               f"once in {shown}", profile) if names.count(p.case) > 1 else p

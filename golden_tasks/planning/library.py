@@ -70,6 +70,10 @@ def planned_library(root: Path, store, values: dict) -> dict:
         elif not plan.error:
             plan = plan.overridden(values).for_this_run()
         plans[plan.case] = plan
+    for name, plan in plans.items():  # verify:<sweep> verifies its points: no case may have a sweep's name
+        if plan.sweep_of in plans and not plans[plan.sweep_of].sweep_of:
+            plans[name] = FailedPlan(name, plan.module, f"its sweep's name {plan.sweep_of!r} is also a case's, "
+                                     f"in {plans[plan.sweep_of].module}", plan.profile, plan.sweep_of)
     return plans
 
 
@@ -89,6 +93,14 @@ class Library:
     def kernels(self) -> list:
         """Every plan but the baselines' (a baseline has no runtime dir and no replay), failed ones included."""
         return [p for p in self.plans.values() if not p.baseline_of]
+
+    def sweeps(self) -> dict[str, list[str]]:
+        """Each sweep's name -> its points' cases (their baselines left out), in order (Case.sweep)."""
+        found: dict[str, list[str]] = {}
+        for plan in self.plans.values():
+            if plan.sweep_of and not plan.baseline_of:
+                found.setdefault(plan.sweep_of, []).append(plan.case)
+        return found
 
     def unplanned(self) -> list:
         """The failed plans of kernel modules that could not be imported or planned at all (named by the
