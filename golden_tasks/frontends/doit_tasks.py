@@ -192,8 +192,8 @@ def task_names(lib) -> set:
     """The names of the tasks of each case of the library `lib` (planning.library.Library)."""
     names = {f"{task}:{plan.case}" for plan in lib.plans.values()
              for task in (PLAN, VERIFY, *(s.name for s in graph.stages_of(plan)))}
-    return names | {f"replay:{p.case}" for p in lib.kernels()} | {f"runtime:{p.case}" for p in lib.kernels()
-                                                                   if not p.error} | {f"{VERIFY}:{s}" for s in lib.sweeps()}
+    return (names | {f"replay:{p.case}" for p in lib.kernels()} | {f"{VERIFY}:{s}" for s in lib.sweeps()}
+            | {f"runtime:{p.case}" for p in lib.kernels() if not p.error})
 
 
 def tasks_for(root: Path, variables=()) -> dict:
@@ -289,8 +289,9 @@ def tasks_for(root: Path, variables=()) -> dict:
         for sweep, points in lib.sweeps().items():  # verify:<sweep>: every point (a failed one always runs)
             deps = [f"{VERIFY}:{p}" for p in points]
             failed = any(lib.plans[p].error for p in points)
-            yield {"name": sweep, "actions": None, "task_dep": deps, "doc": f"verify the {len(points)} points of {sweep}",
-                   **({} if failed else {"uptodate": checked(CaseVerified(sweep, deps, checks))})}
+            checks_of = {} if failed else {"uptodate": checked(CaseVerified(sweep, deps, checks))}
+            yield {"name": sweep, "actions": None, "task_dep": deps,
+                   "doc": f"verify the {len(points)} points of {sweep}", **checks_of}
 
     tasks = {"task_plan": task_plan, "task_verify": task_verify, "task_runtime": task_runtime,
              "task_replay": task_replay}

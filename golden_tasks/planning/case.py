@@ -341,8 +341,8 @@ def live_case(plan: Plan) -> Case:
 
     module = importlib.import_module(plan.module)
     wanted = plan.baseline_of or plan.case
-    for case in (point for case in module_cases(module) if case.name == (plan.sweep_of or wanted)
-                 for point in case.points()):
+    for case in (point for declared in module_cases(module) if declared.name == (plan.sweep_of or wanted)
+                 for point in declared.points()):
         if case.name == wanted:
             recorded = isinstance(case.kernel, str) and not isolate.confined_here()
             resolved = next((c for c in case.resolved(module, KernelFacts(plan.ranks, plan.params) if recorded
