@@ -21,6 +21,7 @@ within 1.3x of import torch right after an edit.
     python benchmarks/noop_scaling.py [--library] [--sizes 30 300 1000] [--repeats 3]
 """
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -56,14 +57,69 @@ CASES = [Case(f"m{module}_c{i}", SPECS, add_one, golden=golden, rounds=3, warmup
          for i in range({cases})]
 '''
 
-FLOOR = '''def _nothing():
+SWEEP = '''import torch
+from golden_tasks import Case, In, Out, TensorSpec, jit
+
+
+@jit(backend="eager")
+def add_one(x: In, out: Out):
+    torch.add(x, 1.0, out=out)
+
+
+def golden(t):
+    t["out"].copy_(t["x"] + 1.0)
+
+
+def specs(n):
+    return [TensorSpec("x", (n, 8), torch.float32, torch.randn), TensorSpec("out", (n, 8), torch.float32)]
+
+
+CASES = [Case("add_one", specs, add_one, golden=golden, rounds=3, warmup=1, sweep={{"n": range(1, {points} + 1)}})]
+'''
+
+FLOOR = '''import json
+from pathlib import Path
+
+DEPS = json.loads(Path(__file__).with_name("deps.json").read_text())  # task -> the tasks it depends on
+
+
+def _nothing():
     return True
 
 
-def task_t():
-    for i in range({tasks}):
-        yield {{"name": str(i), "actions": [(_nothing,)], "uptodate": [True]}}
+def _group(group):
+    def create():
+        for task, deps in DEPS.items():
+            if task.partition(":")[0] == group:
+                yield {{"name": task.partition(":")[2], "actions": [(_nothing,)], "task_dep": deps, "uptodate": [True]}}
+    create.__name__ = f"task_{{group}}"
+    return create
+
+
+globals().update({{f"task_{{g}}": _group(g) for g in {{t.partition(":")[0] for t in DEPS}}}})
 '''
+
+
+def floor_deps(tasks: list) -> dict:
+    """doit's floor for a graph of the same shape: every task of `tasks` (as `doit list --all -q` lists them)
+    with the task_dep edges ours have (the stage table's reads, runtime and verify on a case's stages, a
+    case's verify on its baselines', a sweep's on its points'), each trivially up to date."""
+    from golden_tasks.pipeline.stage_table import STAGES
+
+    names, deps = set(tasks), {}
+    for task in tasks:
+        group, _, case = task.partition(":")
+        own = [f"{s.name}:{case}" for s in STAGES if f"{s.name}:{case}" in names]
+        stage = next((s for s in STAGES if s.name == group), None)
+        if stage:
+            deps[task] = [f"plan:{case}"] + [f"{r}:{case}" for r in stage.reads + stage.after
+                                              if f"{r}:{case}" in names]
+        elif group in ("runtime", "verify"):
+            deps[task] = own + [f"runtime:{case}"] * (group == "verify" and f"runtime:{case}" in names) + [
+                t for t in names if group == "verify" and t.startswith((f"verify:{case}@", f"verify:{case}."))]
+        else:
+            deps[task] = []
+    return deps
 
 
 def timed(cmd: list, cwd: Path, env: dict) -> float:
@@ -90,6 +146,15 @@ def library(path: Path, cases: int) -> None:
         (kernels / f"gen_{m // PER_MODULE:04d}.py").write_text(text)
 
 
+def sweep_library(path: Path, points: int) -> None:
+    """A project at `path` with one case swept over `points` shapes."""
+    kernels = path / "kernels"
+    kernels.mkdir(parents=True)
+    (path / "dodo.py").write_text(DODO)
+    (kernels / "__init__.py").write_text("")
+    (kernels / "add_one.py").write_text(SWEEP.format(points=points))
+
+
 def copied_library(path: Path) -> None:
     """A project at `path` with this repository's kernel library."""
     path.mkdir(parents=True)
@@ -104,13 +169,14 @@ def measure(name: str, path: Path, tmp: Path, base: dict, repeats: int) -> float
     cold = timed([*doit, "-n", "2", "verify"], path, env)
     listed = subprocess.run([*doit, "list", "--all", "-q"], cwd=path, env=env, capture_output=True, text=True)
     tasks = len(listed.stdout.split())
-    cases = sum(1 for t in listed.stdout.split() if t.startswith("verify:"))
+    cases = sum(1 for t in listed.stdout.split() if t.startswith("abi:"))
     first = next(t.partition(":")[2] for t in listed.stdout.split() if t.startswith("abi:"))
     modules = sorted((path / "kernels").glob("[!_]*.py"))  # the edited one: where the timed case is named
     module = next((m for m in modules if f'"{first}"' in m.read_text()), modules[0])
     floor_path = tmp / f"floor-{name}"
     floor_path.mkdir()
-    (floor_path / "dodo.py").write_text(FLOOR.format(tasks=tasks))
+    (floor_path / "dodo.py").write_text(FLOOR.format())
+    (floor_path / "deps.json").write_text(json.dumps(floor_deps(listed.stdout.split())))
     timed(doit, floor_path, base)  # its database: every task up to date from now on
     noop, torch_s, floor, abi = [], [], [], []
     for _ in range(repeats):  # alternated, so that a drift of the machine reaches all alike

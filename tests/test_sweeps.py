@@ -87,15 +87,21 @@ CASES = [Case("twice", specs=specs, sweep={"n": [4, 16]}, rtol=0, atol=0)]
 def test_a_sweep_through_doit(tmp_path):
     """verify:<sweep> verifies every point; a point is addressable alone; adding a value runs only the new point;
     editing the kernel re-runs every point's kernel stages and no golden; the rows name the sweep and the point."""
-    proj = Project(tmp_path / "p", ())
+    proj = Project(tmp_path / "p", (), html=True)
     (proj.path / "kernels" / "twice.py").write_text(textwrap.dedent(SWEEP))
     code, results, _, err = proj.doit("-n", "2", "verify:twice", *FAST)
     assert code == 0, err
     assert results["bench:twice.n-4"] == results["bench:twice.n-16"] == "success"
+    assert results["calibrate:machine"] == "up-to-date"  # one task, whose entry every point reads
     record = json.loads((proj.path / "runs" / "report.json").read_text())
     rows = {r["case"]: r for r in record["cases"]}
     assert list(rows) == ["twice.n-4", "twice.n-16"]
     assert rows["twice.n-16"]["sweep_of"] == "twice" and rows["twice.n-16"]["point"] == {"n": 16}
+    page = (proj.path / "runs" / "report.html").read_text()
+    assert '<h2 class="sweep" id="sweep-twice">sweep twice: 2 points (2 PASS)</h2>' in page
+    assert page.count('data-kind="sweep"') == 1 and "twice: the kernel&#x27;s median and GB/s at each n" in page
+    section = page[page.index('id="case-twice.n-4"'):page.index('id="case-twice.n-16"')]
+    assert "a point of the sweep" in section and "<figure" not in section  # its sweep's figure shows it
 
     proj.edit("twice", '"n": [4, 16]', '"n": [4, 16, 64]')
     code, results, _, err = proj.doit("-n", "2", "verify", *FAST)

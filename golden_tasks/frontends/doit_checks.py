@@ -72,16 +72,16 @@ class StageCached(UpToDate):
     task once its task_dep are done, so a hit found then is what the stages downstream read; a miss is
     not kept (a worker computes it, and the next check that needs it reads the store again)."""
 
-    def __init__(self, session: Session, stage: str, case: str):
-        super().__init__(f"{stage}:{case}")
-        self.session, self.stage, self.case = session, stage, case
+    def __init__(self, session: Session, stage: str, case: str, task_case: str | None = None):
+        super().__init__(f"{stage}:{task_case or case}")  # task_case: graph.MACHINE, for a stage every case shares
+        self.session, self.stage, self.case, self.shared = session, stage, case, task_case is not None
 
     def stale(self) -> str | None:
         lib, hits = self.session.library, self.session.hits.setdefault(self.case, {})
         lookups = graph.Lookups(lib.plans[self.case], lib.store, hits)
         missed = lookups.not_cached(BY_NAME[self.stage])
         hits.update(lookups.hits())
-        self.session.tally.add(self.stage, self.case, missed is None)
+        self.session.tally.add(self.stage, None if self.shared else self.case, missed is None)
         if missed is None:
             self.session.journal(self.task, StageState.CACHED)
             return None

@@ -89,7 +89,8 @@ def _outcome(task: str, message: str = None, worst=None, state: StageState = Sta
 
 
 class _Journaled(Events):
-    """A stage task's walk, journaled as the task's outcome (a stale plan makes the case be planned again)."""
+    """A stage task's walk, journaled as the outcome of the task `<stage>:<case>` (a stale plan makes the case be
+    planned again)."""
 
     def __init__(self, session: Session, case: str):
         self.session, self.case, self.result = session, case, None
@@ -101,15 +102,17 @@ class _Journaled(Events):
         self.result = _outcome(f"{stage.name}:{self.case}")
 
     def failed(self, stage, error: StageError) -> None:
-        if error.stale:
-            forget(self.session.root, self.session.library.store, self.session.library.plans[self.case].module)
+        if error.stale and (plan := self.session.library.plans.get(self.case)):
+            forget(self.session.root, self.session.library.store, plan.module)
         self.result = _outcome(f"{stage.name}:{self.case}", error.message, error.worst)
 
 
 # The tasks' actions. They find this process's session (inherited from the doit parent) in
 # doit_session.current: doit's workers run the tasks they were forked with, named by their arguments.
 
-def _run_stage(stage: str, case: str):
+def _run_stage(stage: str, case: str, plan: str):
+    """The task `<stage>:<case>`, walked with the plan of `plan` (the case's own, or for a stage every case
+    shares, graph.MACHINE's task, the first planned case's)."""
     session = doit_session.current
     try:
         producer = cluster.producer(session.root)
@@ -117,7 +120,7 @@ def _run_stage(stage: str, case: str):
     except ValueError as exc:  # a bad setting: named in its message
         return _outcome(f"{stage}:{case}", str(exc))
     journaled = _Journaled(session, case)
-    walk(session.library.plans[case], session.library.store, [BY_NAME[stage]], journaled, producer=producer)
+    walk(session.library.plans[plan], session.library.store, [BY_NAME[stage]], journaled, producer=producer)
     return journaled.result
 
 
@@ -192,6 +195,7 @@ def task_names(lib) -> set:
     """The names of the tasks of each case of the library `lib` (planning.library.Library)."""
     names = {f"{task}:{plan.case}" for plan in lib.plans.values()
              for task in (PLAN, VERIFY, *(s.name for s in graph.stages_of(plan)))}
+    names |= {f"{s.name}:{graph.MACHINE}" for s in graph.MACHINE_STAGES if lib.ok()}
     return (names | {f"replay:{p.case}" for p in lib.kernels()} | {f"{VERIFY}:{s}" for s in lib.sweeps()}
             | {f"runtime:{p.case}" for p in lib.kernels() if not p.error})
 
@@ -237,6 +241,12 @@ def tasks_for(root: Path, variables=()) -> dict:
 
     def stage_creator(stage):
         def create():
+            if not stage.per_case:  # one task, which any case's plan walks
+                if first := next(iter(session.library.ok()), None):
+                    yield {"name": graph.MACHINE, "doc": stage.doc, **uncaptured,
+                           "actions": [(_run_stage, [stage.name, graph.MACHINE, first.case])],
+                           "uptodate": checked(StageCached(session, stage.name, first.case, graph.MACHINE))}
+                return
             for plan in session.library.plans.values():
                 case = plan.case
                 if plan.error:  # `doit abi:<case>` shows why the case cannot be planned
@@ -245,7 +255,8 @@ def tasks_for(root: Path, variables=()) -> dict:
                     continue
                 if stage not in graph.stages_of(plan):  # a baseline's stage that its case computes
                     continue
-                yield {"name": case, "doc": f"{stage.doc} ({case})", "actions": [(_run_stage, [stage.name, case])],
+                yield {"name": case, "doc": f"{stage.doc} ({case})",
+                       "actions": [(_run_stage, [stage.name, case, case])],
                        "uptodate": checked(StageCached(session, stage.name, case)),
                        "task_dep": [f"{PLAN}:{case}"] + [f"{d}:{graph.computed_by(plan, BY_NAME[d])}"
                                                          for d in stage.reads + stage.after],
@@ -261,7 +272,8 @@ def tasks_for(root: Path, variables=()) -> dict:
             yield {"name": case, "actions": [(_materialize, [case])],
                    "uptodate": checked(RuntimeCurrent(session, case)),
                    # every stage: the dir holds each one's entry (golden_bench may finish after bench)
-                   "task_dep": [f"{s.name}:{case}" for s in STAGES], "doc": f"runtime dir of {case}",
+                   "task_dep": [f"{s.name}:{graph.computed_by(plan, s)}" for s in STAGES],
+                   "doc": f"runtime dir of {case}",
                    **uncaptured}
 
     def task_replay():

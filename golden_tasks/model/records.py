@@ -293,10 +293,8 @@ class CaseRow(JsonRecord):
     kernel_us: float | None = None  # the kernel's median, and the golden's (outside the table)
     caveat: str | None = None  # why the kernel's time is no performance figure (an emulator ran it)
     golden_us: float | None = None
-    # a baseline's row (Case.baselines): the case it is a baseline of
-    baseline_of: str | None = None
-    # a point's row (Case.sweep): its sweep, and its value on each axis as its name shows it
-    sweep_of: str | None = None
+    baseline_of: str | None = None  # a baseline's row (Case.baselines): the case it is a baseline of
+    sweep_of: str | None = None  # a point's row (Case.sweep): its sweep, and its value on each axis as named
     point: dict[str, Any] = dataclasses.field(default_factory=dict)
     # the first of the case's baselines that passed (its name), the ratio of its median to the kernel's, and that
     # ratio's 1-sigma uncertainty; a record from before baselines: None, its speedup over the golden's median

@@ -27,16 +27,25 @@ from ..storage.entry import Entry
 from ..storage.store import Store
 from .stage_table import BY_NAME, KERNEL_STAGES, STAGES, Stage
 
+# What stands for the case in the task of a stage that holds nothing of one (Stage.per_case false: calibrate):
+# one task, `calibrate:machine`, computes the entry every case reads.
+MACHINE = "machine"
+MACHINE_STAGES = tuple(s for s in STAGES if not s.per_case)
+CASE_STAGES = tuple(s for s in STAGES if s.per_case)
+
 
 def stages_of(plan: Plan | FailedPlan) -> tuple[Stage, ...]:
-    """The stages that are a plan's own tasks: every stage, or a baseline's (stage_table.KERNEL_STAGES); a
-    baseline reads the others, computed by its case's tasks under the same keys (computed_by)."""
-    return KERNEL_STAGES if plan.baseline_of else STAGES
+    """The stages that are a plan's own tasks: every stage of a case (CASE_STAGES), or a baseline's
+    (stage_table.KERNEL_STAGES); a plan reads the others, computed by another task under the same keys
+    (computed_by)."""
+    return KERNEL_STAGES if plan.baseline_of else CASE_STAGES
 
 
 def computed_by(plan: Plan, stage: Stage) -> str:
-    """The case whose walk computes `stage` of `plan`: the plan's own, or for a stage a baseline shares, its
-    case's."""
+    """What names the task that computes `stage` of `plan` (`<stage>:<it>`): the plan's case, its case's for a
+    stage a baseline shares, or MACHINE for a stage every case shares."""
+    if not stage.per_case:
+        return MACHINE
     return plan.baseline_of if plan.baseline_of and stage not in KERNEL_STAGES else plan.case
 
 

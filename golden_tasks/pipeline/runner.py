@@ -136,8 +136,8 @@ def _run(fn: "KernelForm | str", specs: object, golden: object, name: str | None
     # Case's options that run() passes on, its bench settings last (its name, specs, kernel and golden are
     # run()'s arguments; its root is the current directory).
     timing_options = {f.name for f in dataclasses.fields(BenchSettings)}
-    # not a stage: Case's fields (a sweep is doit's: run() verifies one case)
-    arguments = ("name", "specs", "kernel", "golden", "root", "baseline_of", "sweep", "sweep_of", "point")
+    arguments = ("name", "specs", "kernel", "golden", "root",  # not a stage: Case's fields
+                 "baseline_of", "sweep", "sweep_of", "point")  # a sweep is doit's: run() verifies one case
     run_options = sorted((f.name for f in dataclasses.fields(Case) if f.name not in arguments),
                          key=lambda name: name in timing_options)
     if not isinstance(fn, (KernelForm, str)):

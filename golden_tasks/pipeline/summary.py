@@ -155,10 +155,12 @@ class Tally:
         self.misses: dict[str, int] = {}
         self.cases: set[str] = set()
 
-    def add(self, stage: str, case: str, hit: bool) -> None:
+    def add(self, stage: str, case: str | None, hit: bool) -> None:
+        """A check of `stage` of `case` (None: of a stage every case shares, graph.MACHINE's)."""
         bucket = self.hits if hit else self.misses
         bucket[stage] = bucket.get(stage, 0) + 1
-        self.cases.add(case)
+        if case is not None:
+            self.cases.add(case)
 
     def to_json(self) -> dict[str, Any]:
         return {"hits": self.hits, "misses": self.misses, "cases": len(self.cases)}

@@ -108,24 +108,27 @@ def own_tree_until_parent_dies() -> None:
     die_with_parent(signal.SIGTERM)
 
 
+def _parent(pid: int | str) -> int | None:
+    """The parent pid of `pid` as /proc says, or None (gone meanwhile)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
 def _parents() -> dict:
     """pid -> parent pid of every process visible in /proc."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:  # gone meanwhile
-                continue
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
-            found[int(entry)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+    found = {int(entry): parent for entry in os.listdir("/proc")
+             if entry.isdigit() and (parent := _parent(entry)) is not None}
     return found
 
 
 def parent_of(pid: int) -> int:
     """The parent of `pid`, or None (gone, or not Linux)."""
-    return _parents().get(pid) if _LINUX else None
+    return _parent(pid) if _LINUX else None
 
 
 def children(pid: int) -> set:

@@ -34,6 +34,7 @@ from ..project import config
 from ..storage.store import atomic_write
 from . import roofline
 from .figures import Plot, Sources, case_plots, drawing_code, plot_key, remember_plots, remembered_plots
+from .sweeps import sweeps_of
 
 # -- the page
 
@@ -88,6 +89,12 @@ def _plot_html(plot: Plot) -> str:
     return f'<figure class="plot" {attrs}>{plot.svg}<figcaption>{_e(plot.caption)}</figcaption></figure>'
 
 
+def draws_figures(row: CaseRow) -> bool:
+    """Whether a case's section has figures of its own: a sweep's point only where it did not pass (its sweep's
+    figures show the others: a thousand points' figures would make a page of a hundred megabytes)."""
+    return not row.sweep_of or row.status != Verdict.PASS
+
+
 def _case_html(row: CaseRow, plots: list) -> str:
     case, status = row.case, row.status
     stages = dict(sorted(row.stages.items(), key=lambda item: _STAGE_ORDER.get(item[0], len(_STAGE_ORDER))))
@@ -102,6 +109,8 @@ def _case_html(row: CaseRow, plots: list) -> str:
     return f"""
 <section class="case" id="case-{_e(case)}" data-case="{_e(case)}" data-status="{_e(status)}">
 <h2>{_e(case)} <span class="status {_e(status)}">{_e(status)}</span></h2>
+{f'<p class="point">a point of the sweep <a href="#sweep-{_e(row.sweep_of)}">{_e(row.sweep_of)}</a>: '
+ f'{_e(", ".join(f"{a}={v}" for a, v in row.point.items()))}</p>' if row.sweep_of else ''}
 {f'<p class="reason">{_e(why)}</p>' if why else ''}
 <table class="facts">
 <tr><th>kernel</th><td>{_e(_timing_text(row.kernel_timing, row.kernel_us))}</td></tr>
@@ -116,6 +125,24 @@ def _case_html(row: CaseRow, plots: list) -> str:
 {errors}
 <div class="plots">{"".join(_plot_html(p) for p in plots)}</div>
 </section>"""
+
+
+def _sections(rows: list, plots_of, sweeps: dict) -> str:
+    """Each case's section, in the record's order, a sweep's heading before its first point's."""
+    parts, headed = [], set()
+    for row in rows:
+        if row.sweep_of and row.sweep_of not in headed:
+            headed.add(row.sweep_of)
+            parts.append(_sweep_html(row.sweep_of, sweeps[row.sweep_of]))
+        parts.append(_case_html(row, plots_of(row)))
+    return "".join(parts)
+
+
+def _sweep_html(sweep: str, rows: list) -> str:
+    """The heading of a sweep's points (their figures are with the library's, above)."""
+    points = [r for r in rows if not r.baseline_of]
+    counts = ", ".join(f"{n} {v}" for v in Verdict if (n := sum(r.status == v for r in points)))
+    return f'<h2 class="sweep" id="sweep-{_e(sweep)}">sweep {_e(sweep)}: {len(points)} points ({_e(counts)})</h2>'
 
 
 STYLE = """
@@ -173,7 +200,7 @@ def render(record: RunRecord, plots_of, library: list[Plot]) -> str:
 <table class="summary"><tr><th>case</th><th>status</th><th>reason</th><th>kernel median us</th><th>golden median us</th>
 <th>speedup</th></tr>{summary}</table>
 <div class="plots">{"".join(_plot_html(p) for p in library)}</div>
-{"".join(_case_html(r, plots_of(r)) for r in rows)}
+{_sections(rows, plots_of, sweeps_of(record))}
 <script>{MEASURE}</script>
 </body></html>
 """
@@ -232,7 +259,7 @@ def write_page_if_drawn(project: Path) -> bool:
         page = _WHEN.sub(lambda _: _when_html(record).encode(), old, count=1)
         atomic_write(runs / "report.html", lambda f: f.write(page))
         return True
-    plots = {row.case: remembered_plots(store, row) for row in record.cases}
+    plots = {row.case: remembered_plots(store, row) if draws_figures(row) else [] for row in record.cases}
     library = roofline.remembered(store, record)
     if any(p is None for p in plots.values()) or library is None:
         return False
@@ -260,7 +287,7 @@ def main(argv=None) -> int:
         print(f"golden-tasks html report: {exc}", file=sys.stderr)
         return 2
     store = config.Project.at(project).store
-    plots = {row.case: remembered_plots(store, row) for row in record.cases}
+    plots = {row.case: remembered_plots(store, row) if draws_figures(row) else [] for row in record.cases}
     undrawn = [row for row in record.cases if plots[row.case] is None]
     drawers = min(len(undrawn), config.current().workers, os.cpu_count() or 1)
     # by the module's import name, so that a drawing process finds its functions (not in its __main__)

@@ -1,4 +1,4 @@
-"""The library's figures for the HTML page: every case against this machine's limits.
+"""The library's figures for the HTML page: every case against this machine's limits, and each sweep's.
 
 - The roofline: each case that does FLOPs at its arithmetic intensity (FLOPs per byte of its work) and the
   FLOP rate it reached, under the machine's roofs (its matmul rate per dtype, flat; its bandwidth in cache and
@@ -22,15 +22,17 @@ from ..pipeline.stage_table import StageName
 from ..storage.store import atomic_write
 from .figures import Plot, Unplottable, drawing_code, new_figure, plain_log_labels, svg_of
 from .machine import threads_text
+from .sweeps import sweep_plots
 
 
 def library_key(record: RunRecord) -> str:
     """The digest of everything the library's figures are drawn from: each row's speed, the calibrate entries
     its rows name, and the code that draws them."""
-    speeds = [[row.case, row.speed and row.speed.to_json()] for row in record.cases]
+    speeds = [[row.case, row.speed and row.speed.to_json(), row.point, row.sweep_of, row.status, row.kernel_us,
+               row.caveat] for row in record.cases]
     calibrated = sorted({key for row in record.cases if (key := row.keys.get(StageName.CALIBRATE))})
     return digest_json({"speeds": speeds, "limits": calibrated, "declared": record.declared,
-                        "code": drawing_code(__name__)})
+                        "code": drawing_code(__name__, "golden_tasks.reports.sweeps")})
 
 
 def limits_of(record: RunRecord, store) -> Limits:
@@ -54,6 +56,7 @@ def limits_of(record: RunRecord, store) -> Limits:
 def draw_roofline(record: RunRecord, limits: Limits) -> Plot:
     points = [(row.case, row.speed.intensity, row.speed.tflops * 1e3) for row in record.cases
               if row.speed and row.speed.intensity and row.speed.tflops]
+    swept = {row.case for row in record.cases if row.sweep_of}
     if not points:
         return Plot("roofline", "roofline", reason="no case of this run does FLOPs that were counted or declared")
     fig = new_figure(6.4, 3.8)
@@ -70,7 +73,8 @@ def draw_roofline(record: RunRecord, limits: Limits) -> Plot:
                     va="bottom", color="#555555")
     ax.scatter(xs, [y for _, _, y in points], s=16, color="#c0392b", zorder=3, label="case")
     for name, x, y in points:
-        ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        if name not in swept:  # a sweep's points: too many to name (the sweep's own figures show each)
+            ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain_log_labels(ax.xaxis)
@@ -95,8 +99,10 @@ def draw_bandwidth(record: RunRecord, limits: Limits) -> Plot:
     if points:
         ax.scatter([s for _, s, _ in points], [g for _, _, g in points], s=16, color="#c0392b", zorder=3,
                    label="case")
+        swept = {row.case for row in record.cases if row.sweep_of}
         for name, size, gbps in points:
-            ax.annotate(name, (size, gbps), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            if name not in swept:
+                ax.annotate(name, (size, gbps), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     plain_log_labels(ax.yaxis)
@@ -109,12 +115,14 @@ def draw_bandwidth(record: RunRecord, limits: Limits) -> Plot:
 
 
 def library_plots(record: RunRecord, store) -> list[Plot]:
-    """The library's figures, or a Plot saying why there are none."""
+    """The library's figures (or a Plot saying why there are none), and each sweep's (sweeps.sweep_plots)."""
     try:
         limits = limits_of(record, store)
     except Unplottable as why:
-        return [Plot("roofline", "roofline", reason=str(why))]
-    return [draw_roofline(record, limits), draw_bandwidth(record, limits)]
+        plots = [Plot("roofline", "roofline", reason=str(why))]
+    else:
+        plots = [draw_roofline(record, limits), draw_bandwidth(record, limits)]
+    return plots + sweep_plots(record)
 
 
 def remembered(store, record: RunRecord) -> list[Plot] | None:
