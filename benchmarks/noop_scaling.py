@@ -18,7 +18,15 @@ Goals (issue 28): library no-op <= 0.15x import torch; at 1,000 cases <= 1.5x do
 1 s; from 300 to 1,000 cases the no-op grows linearly or better; `doit abi:<case>` <= 0.3 s unchanged,
 within 1.3x of import torch right after an edit.
 
-    python benchmarks/noop_scaling.py [--library] [--sizes 30 300 1000] [--repeats 3]
+With --sweeps, a project of one trivial case swept over that many shapes (Case.sweep) too, the same way.
+Goals (issue 49): at 1,000 points the no-op within 1.5x of doit's floor, the cold run under 0.3 s per point,
+report.json and the HTML page each written in under 2 s, the page under 10 MB.
+
+The floor is a dodo.py of as many trivially up-to-date tasks as the project has, with the same task_dep edges.
+The report columns: writing the last run's report.json (with report.xml and the logs), and its HTML page
+by `python -m golden_tasks.html_report` with its figures drawn before (as every run after the first).
+
+    python benchmarks/noop_scaling.py [--library] [--sizes 30 300 1000] [--sweeps 100 300 1000] [--repeats 3]
 """
 import argparse
 import json
@@ -111,9 +119,10 @@ def floor_deps(tasks: list) -> dict:
         group, _, case = task.partition(":")
         own = [f"{s.name}:{case}" for s in STAGES if f"{s.name}:{case}" in names]
         stage = next((s for s in STAGES if s.name == group), None)
-        if stage:
-            deps[task] = [f"plan:{case}"] + [f"{r}:{case}" for r in stage.reads + stage.after
-                                              if f"{r}:{case}" in names]
+        if stage:  # what it reads: the case's own task, or the one every case shares (calibrate:machine)
+            deps[task] = [d for d in [f"plan:{case}"] + [next((t for t in (f"{r}:{case}", f"{r}:machine")
+                                                               if t in names), "") for r in stage.reads + stage.after]
+                          if d in names]
         elif group in ("runtime", "verify"):
             deps[task] = own + [f"runtime:{case}"] * (group == "verify" and f"runtime:{case}" in names) + [
                 t for t in names if group == "verify" and t.startswith((f"verify:{case}@", f"verify:{case}."))]
@@ -192,16 +201,40 @@ def measure(name: str, path: Path, tmp: Path, base: dict, repeats: int) -> float
     abi_edited = timed([*doit, f"abi:{first}"], path, env)
     n, t, fl, a = (statistics.median(x) for x in (noop, torch_s, floor, abi))
     kb = (path / "runs" / "report.json").stat().st_size / 1024
+    report_s, page_s, page_mb = report_times(path, env)
     print(f"{name:>8} {cases:>6} {tasks:>6} {cold / cases:>11.3f} {n:>8.2f} {t:>8.2f} {fl:>8.2f} {n / t:>6.2f}x "
-          f"{n / fl:>6.2f}x {edited:>9.2f} {a:>6.2f} {abi_edited:>7.2f} {abi_edited / t:>6.2f}x {kb:>8.0f}",
-          flush=True)
+          f"{n / fl:>6.2f}x {edited:>9.2f} {a:>6.2f} {abi_edited:>7.2f} {abi_edited / t:>6.2f}x {kb:>8.0f} "
+          f"{report_s:>8.2f} {page_s:>7.2f} {page_mb:>7.1f}", flush=True)
     return n
+
+
+REPORT = """import json, sys, time
+from pathlib import Path
+from golden_tasks.model.records import RunRecord
+from golden_tasks.reports import report
+runs = Path(sys.argv[1])
+record = RunRecord.from_json(json.loads((runs / "report.json").read_text()))
+start = time.perf_counter()
+report.write_files(runs, record)
+print(time.perf_counter() - start)
+"""
+
+
+def report_times(path: Path, env: dict) -> tuple[float, float, float]:
+    """(seconds to write the last run's report.json, report.xml and logs; seconds to write its HTML page with
+    its figures drawn before, by a run's own `python -m golden_tasks.html_report`; the page's MB)."""
+    written = subprocess.run([sys.executable, "-c", REPORT, str(path / "runs")], env=env, capture_output=True,
+                             text=True, check=True)
+    page = timed([sys.executable, "-m", "golden_tasks.html_report", "--project", str(path)], path, env)
+    return float(written.stdout), page, (path / "runs" / "report.html").stat().st_size / 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", action="store_true", help="also this repository's kernel library, first")
     parser.add_argument("--sizes", type=int, nargs="*", default=[30, 300, 1000])
+    parser.add_argument("--sweeps", type=int, nargs="*", default=[],
+                        help="also one case swept over this many shapes (100 300 1000), after the libraries")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     base = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -209,7 +242,7 @@ def main() -> None:
     base.pop("PYTHONDONTWRITEBYTECODE", None)  # as an installed package runs: its bytecode cached, not compiled
     print(f"{'project':>8} {'cases':>6} {'tasks':>6} {'cold s/case':>11} {'no-op s':>8} {'torch s':>8} "
           f"{'floor s':>8} {'/torch':>7} {'/floor':>7} {'edited s':>9} {'abi s':>6} {'abi ed.':>7} "
-          f"{'/torch':>7} {'json KB':>8}", flush=True)
+          f"{'/torch':>7} {'json KB':>8} {'report s':>8} {'page s':>7} {'page MB':>7}", flush=True)
     noops = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.library:
@@ -219,6 +252,10 @@ def main() -> None:
             path = Path(tmp) / f"lib{cases}"
             library(path, cases)
             noops[cases] = measure(str(cases), path, Path(tmp), base, args.repeats)
+        for points in args.sweeps:
+            path = Path(tmp) / f"sweep{points}"
+            sweep_library(path, points)
+            measure(f"sweep{points}", path, Path(tmp), base, args.repeats)
     sizes = sorted(noops)
     for small, large in zip(sizes, sizes[1:]):
         print(f"no-op growth {small} -> {large} cases: {noops[large] / noops[small]:.2f}x "

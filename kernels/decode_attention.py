@@ -22,6 +22,7 @@ window, [compressor: x .. cmp_sin], [cmp_kv, cmp_block_table], [indexer:
 qr_i8 .. idx_kv_scale], [position_ids, kv_seq_lens], attn_sink, freqs_cos,
 freqs_sin, o_packed. Inputs, layouts and tolerances: docs/cases/.
 """
+import dataclasses
 import functools
 
 import torch
@@ -245,5 +246,15 @@ def case(name: str, seed: int = 0) -> Case:
     return Case(name, specs=specs, kernel=kernel, golden=golden, compare=compare, seed=seed, baselines=baselines)
 
 
+def hca_specs_at(batch: int, context: int):
+    """decode_hca's parameters for `batch` requests whose positions are drawn below `context`."""
+    return compressed_decode_specs(dataclasses.replace(DIMS, batch=batch, max_pos=context), DIMS.hca_ratio, 0)
+
+
 FLAGSHIPS = ("decode_swa", "decode_hca", "decode_csa")
-CASES = [case(name) for name in (*FLAGSHIPS, "decode_hca_tp")]
+CASES = [case(name) for name in (*FLAGSHIPS, "decode_hca_tp")] + [
+    # decode_hca across its load: requests per step and how far back their contexts reach; the point at the
+    # profile's own (batch-2.context-300 by default) is the flagship, whose cached stages it shares
+    dataclasses.replace(case("decode_hca"), name="decode_hca_shapes", specs=hca_specs_at,
+                        sweep={"batch": [DIMS.batch, 4 * DIMS.batch, 16 * DIMS.batch],
+                               "context": [DIMS.max_pos, 8 * DIMS.max_pos]})]

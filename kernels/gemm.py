@@ -34,11 +34,11 @@ def golden_gemm(t):
     t["c"].copy_(t["a"].double() @ t["b"].double())
 
 
-def specs(dtype):
+def specs(dtype, m=M):
     return [
-        TensorSpec("a", (M, K), dtype, init_value=torch.randn),
+        TensorSpec("a", (m, K), dtype, init_value=torch.randn),
         TensorSpec("b", (K, N), dtype, init_value=torch.randn),
-        TensorSpec("c", (M, N), dtype),
+        TensorSpec("c", (m, N), dtype),
     ]
 
 
@@ -48,4 +48,8 @@ CASES = [
     Case("gemm", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-4, baselines=BASELINES),
     # bf16 output: both sides round the same value, 1 ulp = 2^-7 relative, plus the fp32 absolute error.
     Case("gemm_bf16", specs=functools.partial(specs, torch.bfloat16), rtol=2**-7, atol=1e-4, baselines=BASELINES),
+    # gemm across the rows a model's traffic gives it, one AOTInductor build per M (its point M-64 is gemm itself,
+    # whose cached stages it shares), against torch's matmul
+    Case("gemm_shapes", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-4,
+         baselines={"torch": gemm_torch}, sweep={"m": [1, 16, M, 256]}),
 ]

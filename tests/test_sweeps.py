@@ -122,3 +122,10 @@ def test_a_sweep_through_doit(tmp_path):
     assert results["verify:twice.n-16"] == "up-to-date" and "verify:twice.n-4" not in results
     record = json.loads((proj.path / "runs" / "report.json").read_text())
     assert [r["case"] for r in record["cases"]] == ["twice.n-16"]
+
+    # a case may not take a sweep's name: verify:<sweep> would name both
+    other = textwrap.dedent(SWEEP).replace('sweep={"n": [4, 16]}, ', "")
+    (proj.path / "kernels" / "other.py").write_text(other.replace("specs=specs", "specs=specs(4), kernel=twice, "
+                                                                  "golden=golden_twice"))
+    code, _, report, err = proj.doit("verify:twice.n-4", *FAST)
+    assert code != 0 and "its sweep's name 'twice' is also a case's, in kernels.other" in json.dumps(report) + err

@@ -71,9 +71,9 @@ def planned_library(root: Path, store, values: dict) -> dict:
             plan = plan.overridden(values).for_this_run()
         plans[plan.case] = plan
     for name, plan in plans.items():  # verify:<sweep> verifies its points: no case may have a sweep's name
-        if plan.sweep_of in plans and not plans[plan.sweep_of].sweep_of:
+        if plan.sweep_of in plans and not plans[plan.sweep_of].sweep_of:  # then verify:<that name> is the case's
             plans[name] = FailedPlan(name, plan.module, f"its sweep's name {plan.sweep_of!r} is also a case's, "
-                                     f"in {plans[plan.sweep_of].module}", plan.profile, plan.sweep_of)
+                                     f"in {plans[plan.sweep_of].module}", plan.profile)
     return plans
 
 
