@@ -129,3 +129,15 @@ def test_a_sweep_through_doit(tmp_path):
                                                                   "golden=golden_twice"))
     code, _, report, err = proj.doit("verify:twice.n-4", *FAST)
     assert code != 0 and "its sweep's name 'twice' is also a case's, in kernels.other" in json.dumps(report) + err
+
+
+def test_the_table_sums_up_each_sweep_in_a_line():
+    from golden_tasks.model.records import CaseRow
+    from golden_tasks.model.verdicts import Verdict
+    from golden_tasks.reports.report import format_table
+
+    rows = [CaseRow(case=f"s.n-{n}", status=status, sweep_of="s", point={"n": n}, kernel_us=us)
+            for n, status, us in ((1, Verdict.PASS, 2.0), (2, Verdict.PASS, 5.5), (4, Verdict.FAIL, None))]
+    rows.append(CaseRow(case="s.n-1@torch", status=Verdict.PASS, sweep_of="s", point={"n": 1}, baseline_of="s.n-1",
+                        kernel_us=1.0))
+    assert "s: a sweep of 3 points: 1 FAIL, 2 PASS; kernel median 2.0 to 5.5 us" in format_table(rows).splitlines()

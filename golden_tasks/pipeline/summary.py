@@ -82,6 +82,15 @@ def walked(plan: Plan | FailedPlan, states: Mapping[str, Mapping[str, StageState
             {name: error for name, owner in owners.items() if (error := errors.get(owner, {}).get(name))})
 
 
+def sweeps_of(rows: list[CaseRow]) -> dict[str, list[CaseRow]]:
+    """Each sweep's name -> its points' rows and their baselines' rows (Case.sweep), in the order of `rows`."""
+    found: dict[str, list[CaseRow]] = {}
+    for row in rows:
+        if row.sweep_of:
+            found.setdefault(row.sweep_of, []).append(row)
+    return found
+
+
 def with_baselines(rows: list[CaseRow]) -> list[CaseRow]:
     """`rows` (in library order: a case's baselines follow it), each case's speedup set over the first of its
     baselines that passed with a timing (its median over the kernel's, their relative standard errors added in

@@ -29,12 +29,11 @@ from ..model.hashing import digest_json
 from ..model.records import BadRecord, CaseRow, RunRecord, Timing
 from ..model.verdicts import Verdict
 from ..pipeline.stage_table import STAGES
-from ..pipeline.summary import first_line
+from ..pipeline.summary import first_line, sweeps_of
 from ..project import config
 from ..storage.store import atomic_write
 from . import roofline
 from .figures import Plot, Sources, case_plots, drawing_code, plot_key, remember_plots, remembered_plots
-from .sweeps import sweeps_of
 
 # -- the page
 
@@ -200,7 +199,7 @@ def render(record: RunRecord, plots_of, library: list[Plot]) -> str:
 <table class="summary"><tr><th>case</th><th>status</th><th>reason</th><th>kernel median us</th><th>golden median us</th>
 <th>speedup</th></tr>{summary}</table>
 <div class="plots">{"".join(_plot_html(p) for p in library)}</div>
-{_sections(rows, plots_of, sweeps_of(record))}
+{_sections(rows, plots_of, sweeps_of(rows))}
 <script>{MEASURE}</script>
 </body></html>
 """

@@ -12,6 +12,7 @@ from ..model.origin import shown
 from ..model.records import CaseRow, RunRecord
 from ..model.verdicts import StageState, Verdict
 from ..pipeline.stage_table import STAGES
+from ..pipeline.summary import sweeps_of
 from ..project import reaper
 from ..storage.store import atomic_write
 
@@ -57,6 +58,7 @@ def format_table(rows: list) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [_sweep_line(sweep, points) for sweep, points in sweeps_of(rows).items()]
     lines += [f"{r.case}: SKIPPED: {r.skipped}" for r in rows if r.skipped]
     lines += [f"{r.case}: WARNING: {w}" for r in rows for w in r.warnings]
     lines += [f"{r.case}: per rank, median us: " + ", ".join(f"{i}: {us:.1f}" for i, us in enumerate(r.rank_us))
@@ -64,6 +66,15 @@ def format_table(rows: list) -> str:
     lines += [f"{r.case}: FAIL at {r.reason}" + (f"  (all messages: {shown(r.log)})" if r.log else "")
               for r in rows if r.status == Verdict.FAIL]
     return "\n".join(lines)
+
+
+def _sweep_line(sweep: str, rows: list) -> str:
+    """A sweep's points in one line: how many, their statuses, and the range of the kernel's medians."""
+    points = [r for r in rows if not r.baseline_of]
+    counts = ", ".join(f"{n} {v}" for v in Verdict if (n := sum(r.status == v for r in points)))
+    timed = [r.kernel_us for r in points if r.kernel_us is not None]
+    medians = f"; kernel median {min(timed):.1f} to {max(timed):.1f} us" if timed else ""
+    return f"{sweep}: a sweep of {len(points)} points: {counts}{medians}"
 
 
 def log_path(runs_root: Path, case: str) -> Path:

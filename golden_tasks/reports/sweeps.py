@@ -8,16 +8,8 @@ against, model.machine). Drawn from the run record alone, with the library's fig
 """
 from ..model.records import CaseRow, RunRecord
 from ..model.verdicts import Verdict
+from ..pipeline.summary import sweeps_of
 from .figures import Plot, new_figure, plain_log_labels, svg_of
-
-
-def sweeps_of(record: RunRecord) -> dict[str, list[CaseRow]]:
-    """Each sweep's name -> its points' rows and their baselines' rows, in the record's order."""
-    found: dict[str, list[CaseRow]] = {}
-    for row in record.cases:
-        if row.sweep_of:
-            found.setdefault(row.sweep_of, []).append(row)
-    return found
 
 
 def _positions(values: list) -> tuple[list, bool]:
@@ -101,7 +93,7 @@ def draw_axis(sweep: str, axis: str, rows: list[CaseRow]) -> Plot:
 def sweep_plots(record: RunRecord) -> list[Plot]:
     """A Plot for each axis of more than one value of each sweep of the run."""
     plots = []
-    for sweep, rows in sweeps_of(record).items():
+    for sweep, rows in sweeps_of(record.cases).items():
         axes = list(dict.fromkeys(axis for r in rows for axis in r.point))
         for axis in axes:
             if len({r.point.get(axis) for r in rows}) > 1:
