@@ -28,6 +28,7 @@ import functools
 import torch
 import torch.distributed as dist
 
+import golden_tasks
 from golden_tasks import Case, In, InOut, Out, jit
 from kernels._dsv4 import DIMS, ROUNDINGS_KEPT, scenario, spec, step_specs
 from kernels.compressor import COMPARE as COMPRESSOR_COMPARE
@@ -251,10 +252,13 @@ def hca_specs_at(batch: int, context: int):
     return compressed_decode_specs(dataclasses.replace(DIMS, batch=batch, max_pos=context), DIMS.hca_ratio, 0)
 
 
+# decode_hca across its load, by profile: requests per step and how far back their contexts reach. Each holds the
+# flagship's own point (batch-2.context-300 by default), which shares the flagship's cached stages; flash's stays
+# at production's batch (planning a larger one draws page tables for minutes)
+LOADS = {"small": {"batch": [2, 8], "context": [300, 2400]}, "flash": {"batch": [64], "context": [2**12, 2**15]}}
+LOADS["default"] = LOADS["small"]
+
 FLAGSHIPS = ("decode_swa", "decode_hca", "decode_csa")
 CASES = [case(name) for name in (*FLAGSHIPS, "decode_hca_tp")] + [
-    # decode_hca across its load: requests per step and how far back their contexts reach; the point at the
-    # profile's own (batch-2.context-300 by default) is the flagship, whose cached stages it shares
     dataclasses.replace(case("decode_hca"), name="decode_hca_shapes", specs=hca_specs_at,
-                        sweep={"batch": [DIMS.batch, 4 * DIMS.batch, 16 * DIMS.batch],
-                               "context": [DIMS.max_pos, 8 * DIMS.max_pos]})]
+                        sweep=LOADS[golden_tasks.profile(LOADS)])]

@@ -51,5 +51,5 @@ CASES = [
     # gemm across the rows a model's traffic gives it, one AOTInductor build per M (its point M-64 is gemm itself,
     # whose cached stages it shares), against torch's matmul
     Case("gemm_shapes", specs=functools.partial(specs, torch.float32), rtol=1e-5, atol=1e-4,
-         baselines={"torch": gemm_torch}, sweep={"m": [1, 16, M, 256]}),
+         baselines={"torch": gemm_torch}, sweep={"m": [1, M, 256]}),
 ]

@@ -14,6 +14,14 @@ from project import CALIBRATION, seed_calibration
 
 from golden_tasks.project.config import THIRD_PARTY_WARNINGS, RunContext
 
+# The files that take longest start first: with --dist loadfile a file runs on one worker, and the one that starts
+# last ends last (the docs' file verifies the library cold and runs every document: half the suite's time)
+FIRST = ("tests/test_docs.py",)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: not item.nodeid.startswith(FIRST))  # stable: the rest keep their order
+
 
 def pytest_configure(config):
     for message, category in THIRD_PARTY_WARNINGS:

@@ -47,14 +47,23 @@ def fresh(project):
         leftover.unlink()
 
 
+SWEEPS = ("gemm_shapes", "decode_hca_shapes")  # verify:<sweep>: its points' verify tasks
+SHARED_POINTS = {"gemm_shapes.m-64": "gemm", "decode_hca_shapes.batch-2.context-300": "decode_hca"}
+
+
 def test_cold_run_passes_every_case(project):
     code, results, _, _ = project.cold
     assert code == 0, results
     assert results and set(results.values()) <= {"success", "up-to-date"}
     cases = {n.split(":", 1)[1] for n in results if n.startswith("verify:")}
     assert {"hello_world", "rms_norm", "rms_norm_bf16", "layer_norm", "softmax", "rope", "gemm"} <= cases
-    for case in cases:
-        assert results[f"compile:{case}"] == "success" and results[f"bench:{case}"] == "success"
+    for case in cases - set(SWEEPS):
+        # a sweep's point at its flagship's shape has the flagship's keys: whichever of the two runs first computes
+        # the stage, and the other finds its entry (up to date, or found by its task once the first's lock is free)
+        twins = {case, *(p for p, flagship in SHARED_POINTS.items() if flagship == case), SHARED_POINTS.get(case)}
+        for stage in ("compile", "bench"):
+            states = [results[f"{stage}:{c}"] for c in twins if c]
+            assert "success" in states and set(states) <= {"success", "up-to-date"}, (case, stage, states)
 
 
 def test_second_run_is_all_up_to_date(fresh):
