@@ -47,7 +47,7 @@ from golden_tasks.doit_tasks import DOIT_CONFIG, tasks_for  # noqa: F401
 globals().update(tasks_for(Path(__file__).parent))
 '''
 
-MODULE = '''import torch
+KERNEL = '''import torch
 from golden_tasks import Case, In, Out, TensorSpec, jit
 
 
@@ -59,25 +59,15 @@ def add_one(x: In, out: Out):
 def golden(t):
     t["out"].copy_(t["x"] + 1.0)
 
+'''  # every generated module's kernel and golden
 
+MODULE = KERNEL + '''
 SPECS = [TensorSpec("x", (8, 8), torch.float32, torch.randn), TensorSpec("out", (8, 8), torch.float32)]
 CASES = [Case(f"m{module}_c{i}", SPECS, add_one, golden=golden, rounds=3, warmup=1, seed={module} * {per} + i)
          for i in range({cases})]
 '''
 
-SWEEP = '''import torch
-from golden_tasks import Case, In, Out, TensorSpec, jit
-
-
-@jit(backend="eager")
-def add_one(x: In, out: Out):
-    torch.add(x, 1.0, out=out)
-
-
-def golden(t):
-    t["out"].copy_(t["x"] + 1.0)
-
-
+SWEEP = KERNEL + '''
 def specs(n):
     return [TensorSpec("x", (n, 8), torch.float32, torch.randn), TensorSpec("out", (n, 8), torch.float32)]
 
