@@ -51,7 +51,7 @@ def test_a_table_declares_the_machines_figures(tmp_path):
 
 
 @pytest.mark.parametrize("table, message", [
-    ('kernel = ["src"]\n', "unknown key 'kernel' (known: backend, cache, kernels, machine, profile, runs)"),
+    ('kernel = ["src"]\n', "unknown key 'kernel' (known: backend, cache, datasets, kernels, machine, profile, runs)"),
     ("[tool.golden-tasks.machine.tpu]\ngbps = 1\n", "machine.tpu: 'tpu' is not a device (cpu, cuda)"),
     ("[tool.golden-tasks.machine.cpu]\ngbps = -1\n", "machine.cpu.gbps must be a number > 0, not -1"),
     ("[tool.golden-tasks.machine.cpu]\nbandwidth = 1\n", "machine.cpu must be a table of gbps"),

@@ -23,6 +23,9 @@ class KernelForm:
 
     name: str
     ranks: int = 1  # the world size it runs at unless a case or `ranks=N` says otherwise
+    # whether trusted code must never import its code (forms.untrusted, forms.solution): its module never runs beside
+    # the golden, and only confined processes load it
+    untrusted: bool = False
 
     def params(self) -> list:
         """The declared parameter table: a model.rows.ParamRow per parameter, in order; a row may

@@ -116,10 +116,11 @@ def unfaithful(launcher, specs: list) -> list:
 class TritonKernel(KernelForm):
     """A launcher of Triton kernels (see the module docstring)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, params: list = None):
+        """`params`: the parameter table, where not the one `fn`'s annotations declare (a solution's: its problem's)."""
         self.fn = fn
         self.name = fn.__name__
-        self._params = declared_params(fn, meta_keywords=True)
+        self._params = declared_params(fn, meta_keywords=True) if params is None else list(params)
         self.meta = {p.name: p.default for p in inspect.signature(fn).parameters.values()
                      if p.kind == p.KEYWORD_ONLY}
 

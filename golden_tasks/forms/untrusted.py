@@ -97,6 +97,7 @@ def facts_of(path: str, owner: str) -> str:
 class KernelRef(KernelForm):
     """The kernel at an import path, known to trusted code by `facts` alone: given (from a plan), or
     asked of a confined probe, or, in a confined process, read from the kernel itself."""
+    untrusted = True
 
     def __init__(self, path: str, owner: str, facts: KernelFacts = None):
         _parse(path, owner)

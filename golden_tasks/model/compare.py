@@ -46,8 +46,8 @@ from .comparison import (
 
 # the comparators a case names, and what they are given and return (comparison's, named here too)
 __all__ = ["Sides", "Policy", "Comparison", "FIRST_MISMATCHES", "Allclose", "allclose", "RatioAllclose",
-           "ratio_allclose", "RatioReldiff", "ratio_reldiff", "TopkPairCompare", "topk_pair_compare",
-           "ErrorDistribution", "error_distribution", "error_map"]
+           "ratio_allclose", "MatchedRatio", "matched_ratio", "RatioReldiff", "ratio_reldiff", "TopkPairCompare",
+           "topk_pair_compare", "ErrorDistribution", "error_distribution", "error_map"]
 
 
 def _leading(name: str, shape: tuple[int, ...], rows: int, axis: int) -> tuple[int, int]:
@@ -132,6 +132,24 @@ class RatioAllclose(_Comparator):
 
 
 ratio_allclose = RatioAllclose
+
+
+@dataclasses.dataclass(frozen=True)
+class MatchedRatio(RatioAllclose):
+    """FlashInfer-Bench's rule (its evaluator's compute_error_stats): a point is bad only when its absolute error
+    is above atol and its relative error |actual - expected| / (|expected| + 1e-8) above rtol; the output passes
+    when bad/considered <= max_error_ratio (1 - the format's required_matched_ratio: 0, every point, by
+    default). NaN and Inf fail as in RatioAllclose."""
+    max_error_ratio: float = 0.0
+
+    def _ratio(self, name: str, pair: _Flat) -> Comparison:
+        # the bound is max(atol, rtol * (|e| + 1e-8)): within it, one of the two errors is within its tolerance
+        pair.__dict__["bound"] = torch.maximum(torch.full_like(pair.e, float(pair.atol), dtype=torch.float64),
+                                               float(pair.rtol) * (pair.e.double().abs() + 1e-8))
+        return super()._ratio(name, pair)
+
+
+matched_ratio = MatchedRatio
 
 
 @dataclasses.dataclass(frozen=True)

@@ -171,6 +171,9 @@ class Plan:
     # a point's plan (Case.sweep): the sweep it is a point of, and its value on each axis as its name shows it
     sweep_of: str | None = _field("context")
     point: dict[str, Any] = _field("context", default={})
+    # a dataset's case (planning.datasets): where it came from (format, definition or problem, solution, workload)
+    # and the sizes it ran at beside the dataset's own where they differ
+    dataset: dict[str, Any] = _field("context", default={})
     # in no key: it decides only whether a call counts as hung
     timeout: float = _field("run", variable=Variable(("timeout",), _timeout), every_stage=True, default=60.0)
     params: list[ParamRow] = _field("case", rows=ParamRow,

@@ -1,7 +1,6 @@
-"""The files golden-tasks writes for people and scripts to read, as types declared once: the run record
-(runs/report.json: a RunRecord holds a CaseRow per case, and a row the kernel's and the golden's Timing), a
-runtime dir's Manifest (runs/<case>/manifest.json), and the record of an object in the store (StoredObject,
-StoredTensor), as a store entry and a manifest name it.
+"""The files golden-tasks writes for people and scripts to read, as types declared once: the run record (runs/
+report.json: a RunRecord holds a CaseRow per case, and a row the kernel's and the golden's Timing), a runtime dir's
+Manifest (runs/<case>/manifest.json), and the record of an object in the store (StoredObject, StoredTensor).
 
 report builds the record (in the doit parent, and in golden_tasks.run); the JUnit writer, the HTML page,
 `compare` and `golden-tasks watch` read it; runtime writes a Manifest, replay and data read it. `to_json`
@@ -296,6 +295,7 @@ class CaseRow(JsonRecord):
     baseline_of: str | None = None  # a baseline's row (Case.baselines): the case it is a baseline of
     sweep_of: str | None = None  # a point's row (Case.sweep): its sweep, and its value on each axis as named
     point: dict[str, Any] = dataclasses.field(default_factory=dict)
+    dataset: dict[str, Any] = dataclasses.field(default_factory=dict)  # a dataset's case: Plan.dataset
     # the first of the case's baselines that passed (its name), the ratio of its median to the kernel's, and that
     # ratio's 1-sigma uncertainty; a record from before baselines: None, its speedup over the golden's median
     baseline: str | None = None

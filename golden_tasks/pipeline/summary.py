@@ -30,7 +30,8 @@ def case_row(plan: Plan | FailedPlan, states: Mapping[str, StageState], errors: 
                        errors={"plan": plan.error}, reason=_first_failure({"plan": plan.error}), sweep_of=plan.sweep_of)
     entries = Lookups(plan, store, known).snapshot()
     row = CaseRow(case=plan.case, status=Verdict.INCOMPLETE, stages=stages, errors=errors, baseline_of=plan.baseline_of,
-                  sweep_of=plan.sweep_of, point=dict(plan.point), golden_protected=plan.golden_protected,
+                  sweep_of=plan.sweep_of, point=dict(plan.point), dataset=dict(plan.dataset),
+                  golden_protected=plan.golden_protected,
                   keys={name: entry.key if entry else None for name, entry in entries.items()},
                   fingerprints={"kernel": plan.kernel, "policy": plan.policy, "golden": plan.golden},  # not a stage
                   seconds=sum(Stats.of(entry).seconds or 0.0 for name, state in stages.items()

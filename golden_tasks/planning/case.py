@@ -5,7 +5,6 @@ table, computed where the case's module is imported.
 import dataclasses
 import functools
 import glob
-import importlib
 import inspect
 import math
 import os
@@ -87,6 +86,7 @@ class Case(BenchSettings):
     sweep: dict = dataclasses.field(default_factory=dict)
     sweep_of: str = None  # set by points, never by hand: the sweep this case is a point of
     point: dict = dataclasses.field(default_factory=dict)  # set by points: its value on each axis, as named
+    dataset: dict = dataclasses.field(default_factory=dict)  # set by a dataset's reader: Plan.dataset
     root: Path = None  # where relative file_deps are found: the module's directory (run(): the cwd)
 
     def points(self) -> list["Case"]:
@@ -308,9 +308,9 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         bench=case.bench_settings(), work=case.work().to_json(), **data, external=external,
         parts={"kernel": parts(case.kernel, fp),
                "golden": parts(case.golden, fp) if case.golden is not None else {}},  # not a stage: the function
-        volatile=sorted(set(fp.volatile)), golden_protected=isinstance(case.kernel, KernelRef),
+        volatile=sorted(set(fp.volatile)), golden_protected=case.kernel.untrusted,
         baseline_of=case.baseline_of, baselines=[c.name for c in case.with_baselines()[1:]],
-        sweep_of=case.sweep_of, point=case.point)
+        sweep_of=case.sweep_of, point=case.point, dataset=case.dataset)
     return plan, fp.files | data_files | external_files
 
 
@@ -338,11 +338,12 @@ def live_case(plan: Plan) -> Case:
     path is imported only in a confined process; elsewhere it is what the plan recorded of it.
     """
     from ..forms import isolate  # noqa: PLC0415 -- imports torch, as this module does
+    from .datasets import cases_of  # noqa: PLC0415 -- it imports this module
 
-    module = importlib.import_module(plan.module)
     wanted = plan.baseline_of or plan.case
-    for case in (point for declared in module_cases(module) if declared.name == (plan.sweep_of or wanted)
-                 for point in declared.points()):
+    module, declared_cases = cases_of(plan.module, only=plan.sweep_of or wanted)
+    for case in (point for declared in declared_cases if isinstance(declared, Case)
+                 and declared.name in (plan.sweep_of, wanted) for point in declared.points()):
         if case.name == wanted:
             recorded = isinstance(case.kernel, str) and not isolate.confined_here()
             resolved = next((c for c in case.resolved(module, KernelFacts(plan.ranks, plan.params) if recorded
@@ -361,4 +362,4 @@ def live_case(plan: Plan) -> Case:
                 raise StalePlan(f"case {plan.case!r}: its source changed since the task graph was planned "
                                 f"({'; '.join(named)}); it is planned again on the next run: run doit again")
             return resolved
-    raise SpecError(f"case {plan.case!r} is no longer defined in {module.__file__}")
+    raise SpecError(f"case {plan.case!r} is no longer defined in {module.__file__ if module else plan.module}")

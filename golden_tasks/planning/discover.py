@@ -141,11 +141,11 @@ def plan_modules(root: Path, modules: list, log: int = None) -> dict:
     recording the profile (runs in the subprocess). `log`: a file descriptor that a line names each module
     as its import starts on, and every read is written to as it is made (Observer), so that whoever started
     a process that dies mid-import knows which module it was and what it had read."""
-    import importlib  # noqa: PLC0415
-
     from ..forms.triton_form import import_hint  # noqa: PLC0415
     from ..model.origin import described, is_user_module  # noqa: PLC0415
-    from .case import module_cases, plans_of  # noqa: PLC0415
+    from .case import plans_of  # noqa: PLC0415
+    from .datasets import cases_of  # noqa: PLC0415
+    from .unplanned import Unplanned  # noqa: PLC0415
 
     project = config.Project.at(root).layout
     project.importable()
@@ -155,18 +155,21 @@ def plan_modules(root: Path, modules: list, log: int = None) -> dict:
             found = project.module(module_name)
             shown = project.relative(found.path)
             observer.note(f"{_IMPORTING}\t{module_name}")
-            observer.add("files", str(found.path))
+            observer.add("dirs" if found.dataset else "files", str(found.path))
             try:
-                module = importlib.import_module(module_name)
-                cases = module_cases(module)
+                module, cases = cases_of(module_name, found.dataset)
             except (Exception, SystemExit) as exc:  # noqa: BLE001 -- user code: its error fails the module's plans
                 reason, _, trace = described(exc).partition("\n")
                 hint = import_hint(exc)
-                result[module_name] = [FailedPlan(found.path.stem, module_name, f"{shown} failed to import: {reason}"
+                failed = "could not be read" if found.dataset else "failed to import"
+                result[module_name] = [FailedPlan(found.path.stem, module_name, f"{shown} {failed}: {reason}"
                                                   + f"; {hint}" * bool(hint) + f"\n{trace}" * bool(trace), profile)]
                 continue
             plans = []
             for case in cases:
+                if isinstance(case, Unplanned):  # a dataset's case that its reader could not make
+                    plans.append(FailedPlan(case.name, module_name, case.error, profile, case.sweep_of))
+                    continue
                 try:
                     points = case.points()
                 except (Exception, SystemExit) as exc:  # noqa: BLE001 -- a bad sweep fails the case's plan

@@ -8,6 +8,13 @@ its pyproject.toml, else the defaults (kernels/, cache/, runs/ beside it).
     profile = "small"             # the size profile when no profile=NAME is given
     backend = "eager"             # every case's backend when no backend=NAME is given
 
+    [[tool.golden-tasks.datasets]]   # a problem set whose problems become cases (docs/datasets.md)
+    format = "flashinfer-trace"      # flashinfer-trace (FlashInfer-Bench's tree or SOL-ExecBench's) or kernelbench
+    path = "data/mlsys"              # the dataset (kernelbench: the folder of problems)
+    solutions = "data/kb-solutions"  # kernelbench only: the folder of solutions, matched by file name
+    sizes = {batch_size = 16}        # sizes that replace the dataset's: an axis, or a problem's own table
+    memory = "256MiB"                # the inputs and outputs of a case are shrunk to fit (default 256MiB)
+
     [tool.golden-tasks.machine.cpu]  # figures that replace what calibrate measured, per device ("cpu", "cuda")
     gbps = 40.0                      # memory bandwidth at every working-set size
     tflops = {float32 = 1.5, bfloat16 = 3.0}  # matmul rate per dtype
@@ -18,6 +25,7 @@ with the folder's parent on sys.path: `kernels/rms_norm.py` is `kernels.rms_norm
 """
 import dataclasses
 import functools
+import re
 import sys
 from pathlib import Path
 
@@ -31,7 +39,11 @@ else:  # pragma: no cover -- the tomli backport, a dependency below 3.11
     import tomli as tomllib
 
 TABLE = "tool.golden-tasks"
-KEYS = ("backend", "cache", "kernels", "machine", "profile", "runs")
+KEYS = ("backend", "cache", "datasets", "kernels", "machine", "profile", "runs")
+FORMATS = ("flashinfer-trace", "kernelbench")  # the problem sets a dataset may be (planning.datasets reads them)
+DATASET_KEYS = ("format", "path", "solutions", "sizes", "memory")
+DEFAULT_MEMORY = 256 << 20  # bytes of inputs and outputs a dataset's case may take unless its table says otherwise
+_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 DEVICES = ("cpu", "cuda")  # the devices [tool.golden-tasks.machine] may declare the figures of
 
 
@@ -40,11 +52,30 @@ class LayoutError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A problem set named in [[tool.golden-tasks.datasets]], checked: its format (FORMATS), its folder (a
+    KernelBench set's problems) and, for KernelBench, its solutions' folder; `sizes`: axis (or size constant) ->
+    value, or a problem's name -> its own such table; `memory`: the bytes a case's inputs and outputs may take."""
+    format: str
+    path: Path
+    solutions: Path = None
+    sizes: dict = dataclasses.field(default_factory=dict, hash=False)
+    memory: int = DEFAULT_MEMORY
+
+    @property
+    def module(self) -> str:
+        """What its cases' plans name as their module: no module's import name can look like it."""
+        return f"{self.format}:{self.path.name}"
+
+
+@dataclasses.dataclass(frozen=True)
 class KernelModule:
-    """One kernel module: its import name, its file, and the folder that goes on sys.path for it."""
+    """One kernel module: its import name, its file, and the folder that goes on sys.path for it; or a dataset
+    (`dataset`), whose cases its own reader makes (planning.datasets), its folder as `path`."""
     name: str
     path: Path
     import_root: Path
+    dataset: Dataset = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,11 +93,13 @@ class Layout:
     # device -> the figures declared for it ({"gbps": GB/s, "tflops": {dtype: TFLOP/s}}), which the reports use
     # instead of the measured ones (model.machine.Limits.declared); the floor keeps to what was measured
     machine: dict = dataclasses.field(default_factory=dict)
+    datasets: tuple = ()  # Dataset per [[tool.golden-tasks.datasets]] table
 
     def modules(self) -> list:
-        """Every kernel module, folder by folder, each folder's in name order."""
-        return [KernelModule(f"{folder.name}.{path.stem}", path, folder.parent) for folder in self.kernels
-                for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")]
+        """Every kernel module, folder by folder, each folder's in name order; then each dataset."""
+        return [*(KernelModule(f"{folder.name}.{path.stem}", path, folder.parent) for folder in self.kernels
+                  for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")),
+                *(KernelModule(d.module, d.path, d.path.parent, d) for d in self.datasets)]
 
     def module(self, name: str) -> KernelModule:
         """The kernel module called `name` (KeyError when the layout has none)."""
@@ -115,6 +148,10 @@ def layout(root: Path) -> Layout:
     for folder, text in zip(found.kernels, found.named):
         if not folder.is_dir():
             raise LayoutError(f"{where}: kernels folder {text!r} does not exist ({folder})")
+    for n, dataset in enumerate(found.datasets):
+        for folder in filter(None, (dataset.path, dataset.solutions)):
+            if not folder.is_dir():
+                raise LayoutError(f"{where}: datasets[{n}]: folder {found.relative(folder)!r} does not exist")
     return found
 
 
@@ -150,7 +187,59 @@ def declared(root: Path) -> Layout:
         raise LayoutError(f"{where}: backend {backend!r} is not a backend ({', '.join(BACKENDS)})")
     return Layout(root, kernels, cache and (root / cache).resolve(), runs and (root / runs).resolve(),
                   _text(table, "profile", where), backend, configured=document_has,
-                  named=tuple(folders) if "kernels" in table else (), machine=_machine(table.get("machine"), where))
+                  named=tuple(folders) if "kernels" in table else (), machine=_machine(table.get("machine"), where),
+                  datasets=_datasets(root, table.get("datasets", []), where))
+
+
+def _datasets(root: Path, tables, where: str) -> tuple:
+    """The [[tool.golden-tasks.datasets]] tables, checked (their folders' existence is `layout`'s to check)."""
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise LayoutError(f"{where}: datasets must be an array of tables ([[tool.golden-tasks.datasets]])")
+    found = []
+    for n, table in enumerate(tables):
+        at = f"{where}: datasets[{n}]"
+        if unknown := sorted(set(table) - set(DATASET_KEYS)):
+            raise LayoutError(f"{at}: unknown key {unknown[0]!r} (known: {', '.join(DATASET_KEYS)})")
+        if (form := table.get("format")) not in FORMATS:
+            raise LayoutError(f"{at}: format must be one of {', '.join(FORMATS)}, not {form!r}")
+        path, solutions = _text(table, "path", at), _text(table, "solutions", at)
+        if path is None:
+            raise LayoutError(f"{at}: path (the dataset's folder) is missing")
+        if (solutions is None) != (form != "kernelbench"):
+            raise LayoutError(f"{at}: solutions (the folder of solutions) is "
+                              + ("missing: a KernelBench set names it" if solutions is None else
+                                 f"a KernelBench set's key: a {form} dataset holds its own"))
+        found.append(Dataset(form, (root / path).resolve(), solutions and (root / solutions).resolve(),
+                             _sizes(table.get("sizes", {}), f"{at}.sizes"), _memory(table.get("memory"), at)))
+    modules = [d.module for d in found]
+    if twice := next((m for m in modules if modules.count(m) > 1), None):
+        raise LayoutError(f"{where}: two datasets are {twice!r}: their folders must be named apart")
+    return tuple(found)
+
+
+def _size(value, at: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LayoutError(f"{at} must be an integer >= 1, not {value!r}")
+    return value
+
+
+def _sizes(table, at: str) -> dict:
+    """sizes: name -> an integer, or a problem's name -> a table of them."""
+    if not isinstance(table, dict):
+        raise LayoutError(f"{at} must be a table of sizes, not {table!r}")
+    return {name: {axis: _size(v, f"{at}.{name}.{axis}") for axis, v in value.items()} if isinstance(value, dict)
+            else _size(value, f"{at}.{name}") for name, value in table.items()}
+
+
+def _memory(value, at: str) -> int:
+    """memory: bytes, as an integer or a text such as "256MiB"."""
+    if value is None:
+        return DEFAULT_MEMORY
+    if isinstance(value, str) and (m := re.fullmatch(r"\s*(\d+)\s*(B|KiB|MiB|GiB)\s*", value)):
+        value = int(m[1]) * _UNITS[m[2]]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LayoutError(f"{at}: memory must be a number of bytes >= 1 or a text such as \"256MiB\", not {value!r}")
+    return value
 
 
 def _rate(value, where: str) -> float:

@@ -2,6 +2,7 @@
 
 The files of a run (write_files), beside the runtime dirs runs/<case>/: runs/report.json, the
 record (docs/reports.md); runs/report.xml, the same as JUnit XML for CI systems (golden_tasks.reports.junit);
+runs/traces/, the FlashInfer-Trace cases' results as the format's Trace records (golden_tasks.reports.traces);
 runs/<case>.log, every failure message of a case that failed in the run (the table's reason line is
 the first line of the first one); and runs/report.html (write_html: golden_tasks.reports.html_report).
 """
@@ -63,9 +64,22 @@ def format_table(rows: list) -> str:
     lines += [f"{r.case}: WARNING: {w}" for r in rows for w in r.warnings]
     lines += [f"{r.case}: per rank, median us: " + ", ".join(f"{i}: {us:.1f}" for i, us in enumerate(r.rank_us))
               + (f"; LOAD IMBALANCE: {r.imbalance}" if r.imbalance else "") for r in rows if r.rank_us]
-    lines += [f"{r.case}: FAIL at {r.reason}" + (f"  (all messages: {shown(r.log)})" if r.log else "")
-              for r in rows if r.status == Verdict.FAIL]
+    lines += [f"{r.case}: ran at {_sizes(r.dataset['sizes'], r.dataset['declared'])} (the dataset's: "
+              f"{_sizes(r.dataset['declared'])})" for r in rows if r.dataset.get("declared")]
+    lines += [f"{r.case}: FAIL at {r.reason}" + f" [{_origin(r.dataset)}]" * bool(r.dataset)
+              + (f"  (all messages: {shown(r.log)})" if r.log else "") for r in rows if r.status == Verdict.FAIL]
     return "\n".join(lines)
+
+
+def _sizes(sizes: dict, only=None) -> str:
+    return ", ".join(f"{name}={value}" for name, value in sizes.items() if only is None or name in only)
+
+
+def _origin(dataset: dict) -> str:
+    """Where a dataset's case comes from, as its FAIL line names it: the definition and workload, or the problem."""
+    if "workload" in dataset:
+        return f"{dataset['definition']}, workload {dataset['workload'].get('uuid')}"
+    return f"problem {dataset.get('problem')}"
 
 
 def _sweep_line(sweep: str, rows: list) -> str:
@@ -92,12 +106,13 @@ def write_files(runs_root: Path, record: RunRecord) -> None:
                                       for stage, message in row.errors.items()))
         else:
             path.unlink(missing_ok=True)
-    from . import junit  # noqa: PLC0415 -- only where a run's files are written
+    from . import junit, traces  # noqa: PLC0415 -- only where a run's files are written
 
     # compact: json's C encoder (an indented record is encoded in Python, ten times slower); `python -m
     # json.tool runs/report.json` shows it indented
     _write_text(Path(runs_root) / "report.json", json.dumps(record.to_json(), sort_keys=True))
     junit.write(Path(runs_root) / "report.xml", record)
+    traces.write(runs_root, record)
 
 
 def write_html(project: Path, say=lambda line: None) -> str:
