@@ -174,3 +174,19 @@ class Tally:
 
     def to_json(self) -> dict[str, Any]:
         return {"hits": self.hits, "misses": self.misses, "cases": len(self.cases)}
+
+
+def origin(dataset: dict) -> str:
+    """Where a dataset's case (Plan.dataset) comes from, as its FAIL line names it: the definition and the
+    workload, or the problem."""
+    if "workload" in dataset:
+        return f"definition {dataset['definition']}, workload {dataset['workload'].get('uuid')}"
+    return f"problem {dataset.get('problem')}"
+
+
+def resized(dataset: dict) -> str:
+    """The sizes a dataset's case ran at where they are not the dataset's, and the dataset's."""
+    def sizes(values: dict, only) -> str:
+        return ", ".join(f"{name}={value}" for name, value in values.items() if name in only)
+    declared = dataset["declared"]
+    return f"ran at {sizes(dataset['sizes'], declared)} (the dataset's: {sizes(declared, declared)})"

@@ -29,7 +29,7 @@ from ..model.hashing import digest_json
 from ..model.records import BadRecord, CaseRow, RunRecord, Timing
 from ..model.verdicts import Verdict
 from ..pipeline.stage_table import STAGES
-from ..pipeline.summary import first_line, sweeps_of
+from ..pipeline.summary import first_line, origin, resized, sweeps_of
 from ..project import config
 from ..storage.store import atomic_write
 from . import roofline
@@ -117,6 +117,7 @@ def _case_html(row: CaseRow, plots: list) -> str:
 <tr><th>speedup</th><td>{_e(_speedup_text(row))} (the baseline's median / the kernel's, 1 sigma)</td></tr>
 <tr><th>max error</th><td>{_e(row.max_error())}</td></tr>
 <tr><th>golden protected</th><td>{_e(_protection_text(row.golden_protected))}</td></tr>
+{f'<tr><th>from</th><td>{_e(_dataset_text(row.dataset))}</td></tr>' if row.dataset else ''}
 </table>
 {f'<ul class="warnings">{warnings}</ul>' if warnings else ''}
 <table class="stages"><tr><th>stage</th><th>state</th><th>content key</th></tr>{stage_rows}</table>
@@ -124,6 +125,13 @@ def _case_html(row: CaseRow, plots: list) -> str:
 {errors}
 <div class="plots">{"".join(_plot_html(p) for p in plots)}</div>
 </section>"""
+
+
+def _dataset_text(dataset: dict) -> str:
+    """A dataset's case (CaseRow.dataset): the dataset, where in it, and the sizes it ran at."""
+    ran = f"; {resized(dataset)}" if dataset.get("declared") else ""
+    solution = f", solution {dataset['solution']}" + (f" ({dataset['language']})" if dataset.get("language") else "")
+    return f"the {dataset['format']} dataset {dataset['dataset']}: {origin(dataset)}{solution}{ran}"
 
 
 def _sections(rows: list, plots_of, sweeps: dict) -> str:

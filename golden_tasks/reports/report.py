@@ -13,7 +13,7 @@ from ..model.origin import shown
 from ..model.records import CaseRow, RunRecord
 from ..model.verdicts import StageState, Verdict
 from ..pipeline.stage_table import STAGES
-from ..pipeline.summary import sweeps_of
+from ..pipeline.summary import origin, resized, sweeps_of
 from ..project import reaper
 from ..storage.store import atomic_write
 
@@ -64,22 +64,10 @@ def format_table(rows: list) -> str:
     lines += [f"{r.case}: WARNING: {w}" for r in rows for w in r.warnings]
     lines += [f"{r.case}: per rank, median us: " + ", ".join(f"{i}: {us:.1f}" for i, us in enumerate(r.rank_us))
               + (f"; LOAD IMBALANCE: {r.imbalance}" if r.imbalance else "") for r in rows if r.rank_us]
-    lines += [f"{r.case}: ran at {_sizes(r.dataset['sizes'], r.dataset['declared'])} (the dataset's: "
-              f"{_sizes(r.dataset['declared'])})" for r in rows if r.dataset.get("declared")]
-    lines += [f"{r.case}: FAIL at {r.reason}" + f" [{_origin(r.dataset)}]" * bool(r.dataset)
+    lines += [f"{r.case}: {resized(r.dataset)}" for r in rows if r.dataset.get("declared")]
+    lines += [f"{r.case}: FAIL at {r.reason}" + f" [{origin(r.dataset)}]" * bool(r.dataset)
               + (f"  (all messages: {shown(r.log)})" if r.log else "") for r in rows if r.status == Verdict.FAIL]
     return "\n".join(lines)
-
-
-def _sizes(sizes: dict, only=None) -> str:
-    return ", ".join(f"{name}={value}" for name, value in sizes.items() if only is None or name in only)
-
-
-def _origin(dataset: dict) -> str:
-    """Where a dataset's case comes from, as its FAIL line names it: the definition and workload, or the problem."""
-    if "workload" in dataset:
-        return f"{dataset['definition']}, workload {dataset['workload'].get('uuid')}"
-    return f"problem {dataset.get('problem')}"
 
 
 def _sweep_line(sweep: str, rows: list) -> str:
