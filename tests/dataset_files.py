@@ -1,7 +1,8 @@
 """Small problem sets in the field's formats, written by the tests: a FlashInfer-Bench tree, SOL-ExecBench's
 folders, and KernelBench's problems and solutions. One definition, scale_add (out = x * alpha + y over M x 64),
 and a solution of each kind the readers meet: Python returning its output, Python writing it (destination
-passing), Triton, a wrong one, one that does not import, and one in a language golden-tasks does not build."""
+passing), Triton, C++ bound by torch, a wrong one, one that does not import, and a CUDA one bound by tvm-ffi,
+which golden-tasks does not build."""
 import json
 from pathlib import Path
 
@@ -34,7 +35,15 @@ def run(x, y, alpha, out):
     n = x.numel()
     _scale_add[(triton.cdiv(n, 256),)](x, y, out, alpha, n, BLOCK=256)
 '''
-SOLUTIONS = {  # name -> (language, destination passing, main.py)
+CPP = '''#include <torch/extension.h>
+
+void run(torch::Tensor x, torch::Tensor y, double alpha, torch::Tensor out) {
+    at::add_out(out, y, x, alpha);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
+'''
+SOLUTIONS = {  # name -> (language, destination passing, main source; a C++ one bound by torch)
     "scale_add_torch": ("python", False, "def run(x, y, alpha):\n    return x * alpha + y\n"),
     "scale_add_dps": ("python", True, "import torch\n\n\ndef run(x, y, alpha, out):\n"
                                        "    torch.add(x * alpha, y, out=out)\n"),
@@ -42,14 +51,15 @@ SOLUTIONS = {  # name -> (language, destination passing, main.py)
     "scale_add_wrong": ("python", True, "def run(x, y, alpha, out):\n    out.copy_(x * alpha - y)\n"),
     "scale_add_broken": ("python", True, "import not_a_module_anywhere\n\n\ndef run(x, y, alpha, out):\n    pass\n"),
     "scale_add_cuda": ("cuda", True, "// a CUDA solution bound by tvm-ffi\n"),
+    "scale_add_cpp": ("cpp", True, CPP),
 }
 
 
 def solution(name: str, sol_layout: bool = False) -> dict:
     language, dps, source = SOLUTIONS[name]
-    main = "kernel.cu" if language == "cuda" else "main.py"
+    main = {"cuda": "kernel.cu", "cpp": "kernel.cpp"}.get(language, "main.py")
     spec = {"target_hardware": ["cuda"], "entry_point": f"{main}::run", "dependencies": [],
-            "destination_passing_style": dps}
+            "destination_passing_style": dps, **({"binding": "torch"} if language == "cpp" else {})}
     # SOL-ExecBench lists its languages, and calls PyTorch code "pytorch"
     spec.update({"languages": ["pytorch" if language == "python" else language]} if sol_layout
                 else {"language": language})
@@ -57,7 +67,7 @@ def solution(name: str, sol_layout: bool = False) -> dict:
             "sources": [{"path": main, "content": source}]}
 
 
-def write_flashinfer_tree(root: Path, names=tuple(SOLUTIONS)) -> Path:
+def write_flashinfer_tree(root: Path, names=tuple(n for n in SOLUTIONS if n != "scale_add_cpp")) -> Path:
     """FlashInfer-Bench's layout: definitions/<op_type>/<name>.json, solutions/<op_type>/<definition>/<name>.json,
     workloads/<op_type>/<definition>.jsonl (each line a Trace with no solution or evaluation)."""
     (root / "definitions" / "elementwise").mkdir(parents=True, exist_ok=True)

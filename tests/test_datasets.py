@@ -103,8 +103,8 @@ def test_a_file_that_cannot_be_read_fails_its_cases_alone(tmp_path):
 @pytest.mark.e2e
 def test_a_flashinfer_bench_tree_through_doit(tmp_path):
     """Python (both styles) and Triton solutions PASS; a wrong one FAILs naming the workload; one that does not
-    import FAILs alone; CUDA is SKIPPED naming the language; the traces read back with flashinfer-bench's models;
-    a solution is a sweep: verify:<solution>, and a point alone."""
+    import FAILs alone; CUDA bound by tvm-ffi is SKIPPED naming the binding; the traces read back with
+    flashinfer-bench's models; a solution is a sweep: verify:<solution>, and a point alone."""
     from flashinfer_bench.data import Trace, TraceSet
 
     proj = Project(tmp_path / "p", ())
@@ -120,7 +120,7 @@ def test_a_flashinfer_bench_tree_through_doit(tmp_path):
     assert status["scale_add_broken.M-4"] == "FAIL"
     assert "No module named 'not_a_module_anywhere'" in rows["scale_add_broken.M-4"]["errors"]["compile"]
     assert status["scale_add_cuda.M-4"] == "SKIPPED"
-    assert "is written in cuda, which golden-tasks does not build" in rows["scale_add_cuda.M-4"]["skipped"]
+    assert "is cuda bound by tvm-ffi: golden-tasks builds" in rows["scale_add_cuda.M-4"]["skipped"]
     assert rows["scale_add_dps.M-4"]["golden_protected"] is True
 
     lines = (proj.path / "runs" / "traces" / "fib" / "elementwise" / "scale_add.jsonl").read_text().splitlines()
@@ -169,3 +169,22 @@ def test_sol_execbench_folders_through_doit(tmp_path):
         "scale_add_wrong.M-16": "FAIL"}, err
     assert "atol=0.001 rtol=0.001" in rows["scale_add_wrong.M-4"]["errors"]["validate"]  # the workload's own
     assert code != 0
+
+
+@pytest.mark.e2e  # a C++ compile of torch's headers: half a minute
+def test_a_cpp_solution_bound_by_torch_builds_as_a_torch_extension(tmp_path):
+    """As FlashInfer-Bench's torch builder builds it (torch.utils.cpp_extension.load); its artifact loads the
+    module again from the store's copy and calls it in destination-passing style."""
+    import torch
+
+    from golden_tasks.forms.solution import ExtensionArtifact
+    from golden_tasks.model.specs import stamp_all
+
+    write_flashinfer_tree(tmp_path / "fib", names=("scale_add_cpp",))
+    case = _cases(tmp_path)[0].resolved()
+    (tmp_path / "work").mkdir()
+    artifact = case.kernel.compile(stamp_all(case.specs, case.kernel.params()), {}, tmp_path / "work")
+    assert isinstance(artifact, ExtensionArtifact) and artifact.unavailable() is None
+    x, y, out = torch.randn(4, 64), torch.randn(4, 64), torch.empty(4, 64)
+    artifact.load()(x, y, 0.5, out)
+    assert torch.equal(out, torch.add(y, x, alpha=0.5))

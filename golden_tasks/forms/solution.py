@@ -9,8 +9,10 @@ Triton. What the form cannot build (another language) compiles to an artifact th
 SKIPPED with that reason (dispatch, bench).
 """
 import importlib
+import importlib.util
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -24,6 +26,8 @@ from .jit import EagerArtifact
 
 EAGER_LANGUAGES = ("python", "pytorch")  # run as they are: the eager form's artifact
 TRITON_LANGUAGES = ("triton",)
+EXTENSION_LANGUAGES = ("cpp", "cuda")  # built as torch extensions, where their binding is torch's
+EXTENSION_SOURCES = (".cpp", ".cc", ".cxx", ".c", ".cu")  # what of their sources the compiler is given
 
 
 def import_file(folder: Path, relative: str, owner: str):
@@ -108,11 +112,67 @@ class UntrustedFile(KernelForm):
         raise NotImplementedError
 
 
+class ExtensionArtifact(Artifact):
+    """A C++ or CUDA solution built as a torch extension (torch.utils.cpp_extension.load, as FlashInfer-Bench's
+    torch builder builds it): extension.so, the module, and extension.json: its module name, entry symbol,
+    device, and how it is called (the number of inputs, destination passing)."""
+    backend = "torch-extension"
+
+    def __init__(self, table, files):
+        super().__init__(table, files)
+        self.about = json.loads(self.files["extension.json"].read_text())
+        self.device = self.about["device"]
+
+    @classmethod
+    def build(cls, solution: dict, folder: Path, owner: str, inputs: int, specs: list, workdir: Path):
+        from torch.utils.cpp_extension import load  # noqa: PLC0415 -- the C++ toolchain's, only where it builds
+
+        language, spec = solution["language"], solution["spec"]
+        file, _, symbol = spec["entry_point"].partition("::")
+        sources = [str(p) for p in sorted(folder.rglob("*")) if p.suffix in EXTENSION_SOURCES]
+        if Path(file).suffix not in EXTENSION_SOURCES:
+            raise CompileError(f"{owner}: its entry point {spec['entry_point']!r} is not in a C++ or CUDA source")
+        name = "solution_" + "".join(c if c.isalnum() else "_" for c in solution["name"])
+        build = workdir / "build"
+        build.mkdir()
+        try:
+            module = load(name=name, sources=sources, extra_include_paths=[str(folder)], build_directory=str(build),
+                          with_cuda=language == "cuda", verbose=False)
+        except Exception as exc:  # noqa: BLE001 -- the compiler's verdict on untrusted sources fails the case
+            raise CompileError(f"{owner}: building it as a torch extension failed: {described(exc)}") from None
+        if not callable(getattr(module, symbol, None)):
+            raise CompileError(f"{owner}: its extension exports no function {symbol!r}")
+        about = {"module": name, "symbol": symbol, "device": "cuda" if language == "cuda" else "cpu",
+                 "inputs": inputs, "destination_passing": spec.get("destination_passing_style", True),
+                 "owner": owner}
+        (workdir / "extension.json").write_text(json.dumps(about, sort_keys=True))
+        return cls(table_of(specs), {"extension.so": Path(module.__file__),
+                                     "extension.json": workdir / "extension.json"})
+
+    def unavailable(self):
+        if self.device == "cuda" and not torch.cuda.is_available():
+            return "a CUDA solution, and no CUDA device here"
+        return None
+
+    def load(self):
+        about = self.about
+        with tempfile.TemporaryDirectory(prefix="golden-tasks-extension-") as folder:
+            # the loader finds PyInit_<module> by the file's name; the store names its objects by digest
+            linked = Path(folder) / f"{about['module']}.so"
+            linked.symlink_to(self.files["extension.so"].resolve())
+            spec = importlib.util.spec_from_file_location(about["module"], linked)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        return _calling(getattr(module, about["symbol"]), about["inputs"], about["destination_passing"],
+                        about["owner"])
+
+
 class SolutionKernel(UntrustedFile):
     """A FlashInfer-Trace solution (its JSON file): `inputs` of its parameters are the definition's inputs, the
     rest its outputs. Its language decides the artifact: Python and PyTorch eager, Triton through the Triton
-    form (interpreted without a GPU, and SKIPPED where the interpreter would compute it wrong), anything else
-    SKIPPED naming the language."""
+    form (interpreted without a GPU, and SKIPPED where the interpreter would compute it wrong), C++ and CUDA
+    bound by torch as a torch extension (a CUDA one SKIPPED without a GPU), anything else SKIPPED naming the
+    language or the binding."""
 
     def __init__(self, path: Path, name: str, params: list, inputs: int):
         super().__init__(path, name, params)
@@ -124,9 +184,14 @@ class SolutionKernel(UntrustedFile):
         spec = solution["spec"]
         languages = spec.get("languages") or [spec.get("language")]  # SOL-ExecBench's list, FlashInfer-Bench's one
         language = str(languages[0]).lower()
-        if language not in (*EAGER_LANGUAGES, *TRITON_LANGUAGES):
+        built = (*EAGER_LANGUAGES, *TRITON_LANGUAGES, *EXTENSION_LANGUAGES)
+        if language not in built:
             return unbuilt(specs, workdir, f"{owner} is written in {language}, which golden-tasks does not build "
-                                           f"(it builds {', '.join((*EAGER_LANGUAGES, *TRITON_LANGUAGES))})")
+                                           f"(it builds {', '.join(built)})")
+        binding = spec.get("binding") or "tvm-ffi"  # the format's default for C++ and CUDA
+        if language in EXTENSION_LANGUAGES and binding != "torch":
+            return unbuilt(specs, workdir, f"{owner} is {language} bound by {binding}: golden-tasks builds C++ and "
+                                           "CUDA solutions bound by torch (a torch extension)")
         folder = workdir / "sources"
         for source in solution["sources"]:
             relative = Path(source["path"])
@@ -134,6 +199,9 @@ class SolutionKernel(UntrustedFile):
                 raise CompileError(f"{owner}: source path {source['path']!r} leaves the solution's folder")
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             (folder / relative).write_text(source["content"])
+        if language in EXTENSION_LANGUAGES:
+            return ExtensionArtifact.build({**solution, "language": language}, folder, owner, self.inputs, specs,
+                                           workdir)
         file, _, function = spec["entry_point"].partition("::")
         run = getattr(import_file(folder, file, owner), function, None)
         if not callable(run):
