@@ -188,3 +188,19 @@ def test_a_cpp_solution_bound_by_torch_builds_as_a_torch_extension(tmp_path):
     x, y, out = torch.randn(4, 64), torch.randn(4, 64), torch.empty(4, 64)
     artifact.load()(x, y, 0.5, out)
     assert torch.equal(out, torch.add(y, x, alpha=0.5))
+
+
+@pytest.mark.e2e
+def test_pytest_collects_a_datasets_cases_under_the_table_that_names_it(tmp_path):
+    from test_pytest_plugin import pytest_in
+
+    root = tmp_path / "mine"
+    write_flashinfer_tree(root / "fib", names=("scale_add_torch", "scale_add_wrong"))
+    (root / "pyproject.toml").write_text(datasets_table({"format": "flashinfer-trace", "path": "fib"}))
+    listed = pytest_in(root, "--collect-only", "-q")
+    assert listed.stdout.splitlines()[:4] == [f"pyproject.toml::{c}" for c in (
+        "scale_add_torch.M-4", "scale_add_torch.M-16", "scale_add_wrong.M-4", "scale_add_wrong.M-16")], listed.stdout
+    run = pytest_in(root, "-v", "-k", "M-4")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "pyproject.toml::scale_add_torch.M-4 PASSED" in run.stdout
+    assert "pyproject.toml::scale_add_wrong.M-4 FAILED" in run.stdout

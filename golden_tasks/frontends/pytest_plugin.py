@@ -1,5 +1,6 @@
 """The pytest plugin (entry point pytest11): in a project whose pyproject.toml has a [tool.golden-tasks]
-table, `pytest` collects every kernel case as a test item of its module, `path/to/module.py::CASE`.
+table, `pytest` collects every kernel case as a test item of its module, `path/to/module.py::CASE`, and every
+case of a dataset the table names as an item of the table's file, `pyproject.toml::CASE`.
 
 Control flow: pytest_collect_file sees a kernel module of the project's layout (on pytest's own walk of
 the paths it was given) -> KernelModule.collect yields a CaseItem per case that module planned ->
@@ -39,24 +40,27 @@ def pytest_configure(config):
 
 def pytest_collect_file(file_path: Path, parent):
     root = parent.config.rootpath
-    if file_path.suffix != ".py" or not Project.at(root).layout.configured:
+    layout = Project.at(root).layout
+    if not layout.configured:
         return None
-    for module in Project.at(root).layout.modules():
+    if file_path.resolve() == layout.root / "pyproject.toml" and layout.datasets:  # the datasets it names
+        return KernelModule.from_parent(parent, path=file_path, modules=tuple(d.module for d in layout.datasets))
+    for module in layout.modules() if file_path.suffix == ".py" else ():
         if module.path == file_path.resolve():
-            return KernelModule.from_parent(parent, path=file_path, module=module.name)
+            return KernelModule.from_parent(parent, path=file_path, modules=(module.name,))
     return None
 
 
 class KernelModule(pytest.File):
-    """A kernel module: its cases, as planned."""
+    """A kernel module, or the pyproject.toml that names datasets: the cases of `modules`, as planned."""
 
-    def __init__(self, *, module: str, **kwargs):
+    def __init__(self, *, modules: tuple, **kwargs):
         super().__init__(**kwargs)
-        self.module = module
+        self.modules = modules
 
     def collect(self):
         for plan in _library(self.config.rootpath).plans.values():
-            if plan.module == self.module:
+            if plan.module in self.modules:
                 yield CaseItem.from_parent(self, name=plan.case)
 
 
