@@ -124,7 +124,8 @@ class ExtensionArtifact(Artifact):
         self.device = self.about["device"]
 
     @classmethod
-    def build(cls, solution: dict, folder: Path, owner: str, inputs: int, specs: list, workdir: Path):
+    def of_solution(cls, solution: dict, folder: Path, owner: str, inputs: int, specs: list, workdir: Path):
+        """The extension built from a solution's sources in `folder` (its confined compile child)."""
         from torch.utils.cpp_extension import load  # noqa: PLC0415 -- the C++ toolchain's, only where it builds
 
         language, spec = solution["language"], solution["spec"]
@@ -143,7 +144,7 @@ class ExtensionArtifact(Artifact):
         if not callable(getattr(module, symbol, None)):
             raise CompileError(f"{owner}: its extension exports no function {symbol!r}")
         about = {"module": name, "symbol": symbol, "device": "cuda" if language == "cuda" else "cpu",
-                 "inputs": inputs, "destination_passing": spec.get("destination_passing_style", True),
+                 "input_count": inputs, "destination_passing": spec.get("destination_passing_style", True),
                  "owner": owner}
         (workdir / "extension.json").write_text(json.dumps(about, sort_keys=True))
         return cls(table_of(specs), {"extension.so": Path(module.__file__),
@@ -163,7 +164,7 @@ class ExtensionArtifact(Artifact):
             spec = importlib.util.spec_from_file_location(about["module"], linked)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-        return _calling(getattr(module, about["symbol"]), about["inputs"], about["destination_passing"],
+        return _calling(getattr(module, about["symbol"]), about["input_count"], about["destination_passing"],
                         about["owner"])
 
 
@@ -200,8 +201,8 @@ class SolutionKernel(UntrustedFile):
             (folder / relative).parent.mkdir(parents=True, exist_ok=True)
             (folder / relative).write_text(source["content"])
         if language in EXTENSION_LANGUAGES:
-            return ExtensionArtifact.build({**solution, "language": language}, folder, owner, self.inputs, specs,
-                                           workdir)
+            return ExtensionArtifact.of_solution({**solution, "language": language}, folder, owner, self.inputs,
+                                                 specs, workdir)
         file, _, function = spec["entry_point"].partition("::")
         run = getattr(import_file(folder, file, owner), function, None)
         if not callable(run):

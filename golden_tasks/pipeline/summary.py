@@ -176,7 +176,7 @@ class Tally:
         return {"hits": self.hits, "misses": self.misses, "cases": len(self.cases)}
 
 
-def origin(dataset: dict) -> str:
+def origin(dataset: dict[str, Any]) -> str:
     """Where a dataset's case (Plan.dataset) comes from, as its FAIL line names it: the definition and the
     workload, or the problem."""
     if "workload" in dataset:
@@ -184,9 +184,9 @@ def origin(dataset: dict) -> str:
     return f"problem {dataset.get('problem')}"
 
 
-def resized(dataset: dict) -> str:
+def resized(dataset: dict[str, Any]) -> str:
     """The sizes a dataset's case ran at where they are not the dataset's, and the dataset's."""
-    def sizes(values: dict, only) -> str:
+    def sizes(values: dict[str, Any], only: dict[str, Any]) -> str:
         return ", ".join(f"{name}={value}" for name, value in values.items() if name in only)
     declared = dataset["declared"]
     return f"ran at {sizes(dataset['sizes'], declared)} (the dataset's: {sizes(declared, declared)})"
