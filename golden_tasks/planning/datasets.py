@@ -4,6 +4,7 @@ it, so a dataset's cases are planned, re-planned and found again as a module's a
 import importlib
 
 from ..project import config
+from ..project.layout import KERNELBENCH
 from .case import module_cases
 
 
@@ -19,7 +20,7 @@ def cases_of(module: str, dataset=None, only: str = None) -> tuple:
         dataset = next((d for d in config.Project.at().layout.datasets if d.module == module), None)
         if dataset is None:
             raise LookupError(f"dataset {module!r} is no longer in the project's [[tool.golden-tasks.datasets]]")
-    if dataset.format == "kernelbench":
+    if dataset.format == KERNELBENCH:
         from . import kernelbench  # noqa: PLC0415
 
         return None, kernelbench.cases(dataset, only)

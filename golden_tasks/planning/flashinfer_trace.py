@@ -33,11 +33,11 @@ from ..model.errors import SpecError
 from ..model.hashing import digest_bytes, digest_file
 from ..model.rows import ParamRow
 from ..model.specs import ScalarSpec, TensorSpec
+from ..project.layout import FLASHINFER_TRACE
 from .case import Case
 from .sweep import label, point_name
 from .unplanned import Unplanned, task_name
 
-FORMAT = "flashinfer-trace"
 INPUTS = "inputs"  # not a stage: the format's key of a definition's and a workload's inputs
 TOLERANCE = 1e-2  # atol and rtol where the workload gives none: FlashInfer-Bench's evaluator's defaults
 DTYPES = {name: getattr(torch, name) for name in (
@@ -194,7 +194,7 @@ def _case(dataset, problem: Problem, solution: dict, path: Path, workload: dict,
     ratio = 1.0 - float(correctness.get("required_matched_ratio", 1.0))
     spec = solution.get("spec") if isinstance(solution.get("spec"), dict) else {}
     language = (spec.get("languages") or [spec.get("language")])[0]
-    record = {"format": FORMAT, "dataset": dataset.path.name, "definition": definition["name"],
+    record = {"format": FLASHINFER_TRACE, "dataset": dataset.path.name, "definition": definition["name"],
               "op_type": definition.get("op_type"), "solution": solution.get("name"), "language": language,
               "workload": workload, "sizes": ran, "declared": {a: v for a, v in given.items() if ran[a] != v}}
     return Case(name, specs, kernel=SolutionKernel(path, str(solution.get("name")), params, len(inputs)),

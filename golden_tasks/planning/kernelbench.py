@@ -32,10 +32,10 @@ from ..model.hashing import digest_file
 from ..model.origin import described
 from ..model.rows import ParamRow
 from ..model.specs import ScalarSpec, TensorSpec
+from ..project.layout import KERNELBENCH
 from .case import Case
 from .unplanned import Unplanned, task_name
 
-FORMAT = "kernelbench"
 # KernelBench's eval (get_tolerance_for_precision): atol = rtol, by the precision the models run at
 TOLERANCES = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 Shaped = collections.namedtuple("Shaped", "shape dtype")  # a tensor, as the specs need it
@@ -80,7 +80,7 @@ def _case(dataset, problem: Path, solution: Path) -> Case:
     params = [ParamRow(s.name, "scalar" if isinstance(s, ScalarSpec) else "tensor",
                        "in" if s.name in names else "out") for s in specs]
     tolerance = max(TOLERANCES.get(dtype, TOLERANCES[torch.float32]) for _, dtype in outputs)
-    record = {"format": FORMAT, "dataset": dataset.path.name, "problem": stem, "solution": solution.name,
+    record = {"format": KERNELBENCH, "dataset": dataset.path.name, "problem": stem, "solution": solution.name,
               "sizes": ran, "declared": {c: v for c, v in declared.items() if ran.get(c) != v}}
     name = task_name(stem)
     return Case(name, specs, kernel=ModelKernel(solution, name, params, problem, pins, len(inputs)),

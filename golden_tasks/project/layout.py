@@ -40,7 +40,8 @@ else:  # pragma: no cover -- the tomli backport, a dependency below 3.11
 
 TABLE = "tool.golden-tasks"
 KEYS = ("backend", "cache", "datasets", "kernels", "machine", "profile", "runs")
-FORMATS = ("flashinfer-trace", "kernelbench")  # the problem sets a dataset may be (planning.datasets reads them)
+FLASHINFER_TRACE, KERNELBENCH = "flashinfer-trace", "kernelbench"  # the problem sets a dataset may be
+FORMATS = (FLASHINFER_TRACE, KERNELBENCH)  # (planning.datasets has the reader of each)
 DATASET_KEYS = ("format", "path", "solutions", "sizes", "memory")
 DEFAULT_MEMORY = 256 << 20  # bytes of inputs and outputs a dataset's case may take unless its table says otherwise
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -205,7 +206,7 @@ def _datasets(root: Path, tables, where: str) -> tuple:
         path, solutions = _text(table, "path", at), _text(table, "solutions", at)
         if path is None:
             raise LayoutError(f"{at}: path (the dataset's folder) is missing")
-        if (solutions is None) != (form != "kernelbench"):
+        if (solutions is None) != (form != KERNELBENCH):
             raise LayoutError(f"{at}: solutions (the folder of solutions) is "
                               + ("missing: a KernelBench set names it" if solutions is None else
                                  f"a KernelBench set's key: a {form} dataset holds its own"))

@@ -18,9 +18,9 @@ from pathlib import Path
 from ..model.records import CaseRow, RunRecord
 from ..model.verdicts import StageState, Verdict
 from ..pipeline.stage_table import StageName
+from ..project.layout import FLASHINFER_TRACE
 from ..storage.store import atomic_write
 
-FORMAT = "flashinfer-trace"  # the rows' dataset format whose traces are written
 FOLDER = "traces"  # under the runs folder
 
 
@@ -87,7 +87,8 @@ def write(runs_root: Path, record: RunRecord) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     files: dict[Path, list] = {}
     for row in record.cases:
-        if row.dataset.get("format") == FORMAT and row.status in (Verdict.PASS, Verdict.FAIL) and not row.baseline_of:
+        verified = row.status in (Verdict.PASS, Verdict.FAIL) and not row.baseline_of
+        if verified and row.dataset.get("format") == FLASHINFER_TRACE:
             where = folder / row.dataset["dataset"] / (row.dataset.get("op_type") or row.dataset["definition"])
             files.setdefault(where / f"{row.dataset['definition']}.jsonl", []).append(trace(row, record))
     for path, traces in files.items():
