@@ -30,6 +30,11 @@ EXTENSION_LANGUAGES = ("cpp", "cuda")  # built as torch extensions, where their 
 EXTENSION_SOURCES = (".cpp", ".cc", ".cxx", ".c", ".cu")  # what of their sources the compiler is given
 
 
+def _identifier(text: str) -> str:
+    """`text` with every character that cannot be in a Python identifier made '_' (a module's name)."""
+    return "".join(c if c.isalnum() else "_" for c in text)
+
+
 def import_file(folder: Path, relative: str, owner: str):
     """The module at `folder`/`relative` (a .py file), imported under its dotted path with `folder` first on
     sys.path, and counted as user code (its functions pickle by value into the artifact); a CompileError names
@@ -124,7 +129,8 @@ class ExtensionArtifact(Artifact):
         self.device = self.about["device"]
 
     @classmethod
-    def of_solution(cls, solution: dict, folder: Path, owner: str, inputs: int, specs: list, workdir: Path):
+    def of_solution(cls, solution: dict, folder: Path, owner: str, inputs: int, destination_passing: bool,
+                    specs: list, workdir: Path):
         """The extension built from a solution's sources in `folder` (its confined compile child)."""
         from torch.utils.cpp_extension import load  # noqa: PLC0415 -- the C++ toolchain's, only where it builds
 
@@ -133,7 +139,7 @@ class ExtensionArtifact(Artifact):
         sources = [str(p) for p in sorted(folder.rglob("*")) if p.suffix in EXTENSION_SOURCES]
         if Path(file).suffix not in EXTENSION_SOURCES:
             raise CompileError(f"{owner}: its entry point {spec['entry_point']!r} is not in a C++ or CUDA source")
-        name = "solution_" + "".join(c if c.isalnum() else "_" for c in solution["name"])
+        name = f"solution_{_identifier(solution['name'])}"
         build = workdir / "build"
         build.mkdir()
         try:
@@ -144,7 +150,7 @@ class ExtensionArtifact(Artifact):
         if not callable(getattr(module, symbol, None)):
             raise CompileError(f"{owner}: its extension exports no function {symbol!r}")
         about = {"module": name, "symbol": symbol, "device": "cuda" if language == "cuda" else "cpu",
-                 "input_count": inputs, "destination_passing": spec.get("destination_passing_style", True),
+                 "input_count": inputs, "destination_passing": destination_passing,
                  "owner": owner}
         (workdir / "extension.json").write_text(json.dumps(about, sort_keys=True))
         return cls(table_of(specs), {"extension.so": Path(module.__file__),
@@ -193,6 +199,7 @@ class SolutionKernel(UntrustedFile):
         if language in EXTENSION_LANGUAGES and binding != "torch":
             return unbuilt(specs, workdir, f"{owner} is {language} bound by {binding}: golden-tasks builds C++ and "
                                            "CUDA solutions bound by torch (a torch extension)")
+        destination_passing = spec.get("destination_passing_style", True)  # the format's default
         folder = workdir / "sources"
         for source in solution["sources"]:
             relative = Path(source["path"])
@@ -202,12 +209,12 @@ class SolutionKernel(UntrustedFile):
             (folder / relative).write_text(source["content"])
         if language in EXTENSION_LANGUAGES:
             return ExtensionArtifact.of_solution({**solution, "language": language}, folder, owner, self.inputs,
-                                                 specs, workdir)
+                                                 destination_passing, specs, workdir)
         file, _, function = spec["entry_point"].partition("::")
         run = getattr(import_file(folder, file, owner), function, None)
         if not callable(run):
             raise CompileError(f"{owner}: its entry point {spec['entry_point']!r} names no function")
-        kernel = _calling(run, self.inputs, spec.get("destination_passing_style", True), owner)
+        kernel = _calling(run, self.inputs, destination_passing, owner)
         if language in TRITON_LANGUAGES:
             from .triton_form import TritonKernel  # noqa: PLC0415 -- imports triton's helpers
 
@@ -235,7 +242,7 @@ def load_problem(path: Path, sizes: dict) -> dict:
     module-level name in `sizes` held at its value there; its get_inputs and get_init_inputs read them when
     called. What the file raises propagates."""
     path, namespace = Path(path), _Pinned(sizes)
-    namespace.update({"__name__": f"kernelbench_{''.join(c if c.isalnum() else '_' for c in path.stem)}",
+    namespace.update({"__name__": f"kernelbench_{_identifier(path.stem)}",
                       "__file__": str(path), "__builtins__": __builtins__})
     # a dict subclass as the globals: module-level stores go through __setitem__, reads are a dict's
     exec(compile(path.read_text(), str(path), "exec"), namespace)
