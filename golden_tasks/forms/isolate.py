@@ -43,6 +43,7 @@ import torch.multiprocessing  # registers shared-memory pickling of tensors
 from ..model import origin
 from ..model.errors import StageFailed, VerificationFailure
 from ..project import config, reaper, sandbox
+from . import headers
 
 GUARD_BYTES = 4096  # a page each side; keeps the output 4 KiB-aligned like a fresh allocation
 CANARY = bytes.fromhex("deadbeef") * (GUARD_BYTES // 4)
@@ -102,6 +103,7 @@ class Confinement:
     listable: tuple = ()  # folders whose names it may list (to import from them), never read
     gpu: bool = False
     hidden: tuple = ()  # folders covered by empty mounts (sandbox.confine)
+    headers: str = None  # the pool of precompiled headers it reads, linked into its private folder (headers.py)
 
 
 # What a confined call must not inherit of the caller's environment: the run's journal, whose lines
@@ -139,14 +141,17 @@ def confinement(files, pool: int = None, writable: str = None, gpu: bool = False
     if journal := config.current().journal:  # the run's journal, in a folder of its own
         withheld.add(Path(journal).parent)
     sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]
-    hidden = [*withheld] if gpu else []
+    hidden, shared = [*withheld] if gpu else [], headers.pool()
     if gpu and pool:
         hidden += sorted({Path(p) for base in (tempfile.gettempdir(), "/tmp")
                           for p in glob.glob(os.path.join(base, "pymp-*"))})
+    if gpu and shared:  # what it could write, never what another call reads
+        hidden.append(shared)
     return Confinement((*map(str, files), *map(str, sources)), pool, writable, tuple(map(str, listed)), gpu,
-                       tuple(map(str, hidden)))
+                       tuple(map(str, hidden)), None if gpu or shared is None else str(shared))
 
 
+HEADERS = "precompiled_headers"  # Inductor's header folder in a confined call's private folder
 _confined = False  # whether this process is a confined child (set by _confine, never unset)
 
 
@@ -171,10 +176,14 @@ def _confine(confinement: Confinement, private: str) -> None:
     tempfile.tempdir = private
     multiprocessing.current_process()._config.pop("tempdir", None)  # private: multiprocessing's own temp dir
     codecache = sys.modules.get("torch._inductor.codecache")
+    readable = [*sandbox.base_readable(), *map(Path, confinement.readable)]
     if codecache is not None and hasattr(codecache, "_HEADER_DIR"):  # fixed when the forkserver imported it
-        codecache._HEADER_DIR = os.path.join(private, "precompiled_headers")
+        codecache._HEADER_DIR = os.path.join(private, HEADERS)
         codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
-    sandbox.confine(Path(private), [*sandbox.base_readable(), *map(Path, confinement.readable)],
+        if confinement.headers:
+            headers.link(Path(confinement.headers), Path(codecache._HEADER_DIR))
+            readable.append(Path(confinement.headers))
+    sandbox.confine(Path(private), readable,
                     pool=confinement.pool, listable=list(map(Path, confinement.listable)),
                     hidden=list(map(Path, confinement.hidden)), landlock=not confinement.gpu)
     _confined = True
@@ -328,6 +337,8 @@ class _Call:
         self.connection, send = ctx.Pipe(duplex=False)
         self.private = (confinement.writable or reaper.make_temp("gt-")) if confinement else None
         self.owned = bool(confinement and not confinement.writable)  # removed by close()
+        self.headers = confinement.headers if confinement else None
+        self.built_headers = False  # whether it precompiled a header the pool lacks (close)
         self.process = ctx.Process(target=_child, args=(target, args, send, dict(os.environ), os.getcwd(),
                                                         confinement, self.private), daemon=True)
         _start(self.process)
@@ -359,6 +370,8 @@ class _Call:
             _live_lock.notify_all()
         if self.forkserver:
             _sweep(self.forkserver)
+        if self.headers:
+            self.built_headers = headers.built_privately(Path(self.private, HEADERS))
         if self.owned:
             reaper.remove_temp(self.private)
 
@@ -392,6 +405,8 @@ def call_all(jobs: list, timeout: float, grace: float = 1.0, failed=lambda outco
             if outcome is None:  # interrupted: nothing it started may outlive it
                 c.kill()
             c.close()
+    if confinement and confinement.headers and any(c.built_headers for c in calls):
+        headers.fill(Path(confinement.headers))  # the next call reads what this one precompiled
     return outcomes
 
 
