@@ -151,7 +151,7 @@ def test_compile_restore_and_call(project, tmp_path):
     assert built.backend == "cpp" and built.device == "cpu" and built.symbol == "axpy"
     assert built.table == [
         ParamRow("x", "tensor", "in", "float32", (10,)), ParamRow("y", "tensor", "inout", "float32", (10,)),
-        ParamRow("alpha", "scalar", "in", "float32", ()), ParamRow("n", "scalar", "in", "int64", ())]
+        ParamRow("alpha", "scalar", "in", "float32", (), 0.5), ParamRow("n", "scalar", "in", "int64", (), 10)]
     objects = {}  # store objects: named by digest, no suffix
     for name, path in built.files.items():
         objects[name] = tmp_path / f"object-{name.split('.')[-1]}"

@@ -122,6 +122,8 @@ def test_a_flashinfer_bench_tree_through_doit(tmp_path):
     assert status["scale_add_cuda.M-4"] == "SKIPPED"
     assert "is cuda bound by tvm-ffi: golden-tasks builds" in rows["scale_add_cuda.M-4"]["skipped"]
     assert rows["scale_add_dps.M-4"]["golden_protected"] is True
+    for name in ("scale_add_torch", "scale_add_dps", "scale_add_triton"):  # one build serves both workloads
+        assert sorted(rows[f"{name}.M-{m}"]["stages"]["compile"] for m in (4, 16)) == ["cached", "ran"], name
 
     lines = (proj.path / "runs" / "traces" / "fib" / "elementwise" / "scale_add.jsonl").read_text().splitlines()
     traces = [Trace.model_validate_json(line) for line in lines]

@@ -5,7 +5,7 @@ import json
 
 from golden_tasks.model.outputs import AbiMeta, Outputs
 from golden_tasks.model.plan import Plan
-from golden_tasks.model.rows import SignatureRow
+from golden_tasks.model.rows import ParamRow, SignatureRow, compiled_for
 from golden_tasks.pipeline import execution, graph, stored
 from golden_tasks.pipeline.stage_table import BY_NAME, STAGES
 from golden_tasks.project import toolchain
@@ -64,9 +64,28 @@ def keys_differ(stage_name, edit, tmp_path):
     return key_of(stage, PLAN, store) != key_of(stage, dataclasses.replace(PLAN, **edit), store)
 
 
+def compiled(*signature: SignatureRow, generic: bool = False) -> dict:
+    return {"compiled_for": compiled_for([ParamRow(s.name, s.kind, "in") for s in signature], list(signature), generic)}
+
+
 def test_scalar_values_enter_the_compile_key(tmp_path):
     """AOTInductor compiles scalar values in as constants."""
-    assert keys_differ("compile", {"signature": [SignatureRow("eps", "scalar", (), "float32", value=2.0)]}, tmp_path)
+    assert keys_differ("compile", compiled(SignatureRow("eps", "scalar", (), "float32", value=2.0)), tmp_path)
+    assert compiled(SignatureRow("eps", "scalar", (), "float32", value=2.0), generic=True) == \
+        compiled(SignatureRow("eps", "scalar", (), "float32", value=3.0), generic=True)  # a build serving every call
+
+
+def test_a_kernel_one_build_serves_has_one_compile_key_for_every_shape(tmp_path):
+    """A sweep's points that differ in shapes share the compile of a kernel one build serves (KernelForm.builds_once),
+    and only its; the compile reads nothing of the ABI's output, whose table holds the shapes."""
+    def compile_key(shape, generic, dtype="float32"):
+        plan = dataclasses.replace(PLAN, signature=[SignatureRow("x", "tensor", shape, dtype)],
+                                   **compiled(SignatureRow("x", "tensor", shape, dtype), generic=generic))
+        return key_of(BY_NAME["compile"], plan, Store(tmp_path))
+    assert BY_NAME["compile"].reads == ()
+    assert compile_key((4, 8), True) == compile_key((16, 8), True)
+    assert compile_key((4, 8), True) != compile_key((4, 8), True, dtype="bfloat16")
+    assert compile_key((4, 8), False) != compile_key((16, 8), False)
 
 
 def test_the_golden_key_follows_the_specs_and_seed(tmp_path):

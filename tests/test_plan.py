@@ -20,8 +20,8 @@ pytestmark = pytest.mark.usefixtures("calibrated")  # golden_tasks.run measures 
 
 
 def test_every_field_list_derives_from_the_declarations():
-    assert plan.SOURCE_FIELDS == ("params", "signature", "specs", "seed", "kernel", "ranks", "resources", "golden",
-                                  "policy", "work", "data_in", "data_out", "external")
+    assert plan.SOURCE_FIELDS == ("params", "signature", "specs", "seed", "kernel", "compiled_for", "ranks", "resources",
+                                  "golden", "policy", "work", "data_in", "data_out", "external")
     assert plan.EVERY_STAGE == ("case", "module", "profile", "timeout")
     assert set(plan.REPLAY_MEANING) == set(plan.SOURCE_FIELDS)
     assert plan.VARIABLES == ("timeout", "backend", "options", "warmup", "rounds", "rse", "budget", "flush", "fresh")

@@ -9,7 +9,7 @@ import pytest
 from golden_tasks.forms.untrusted import KernelFacts
 from golden_tasks.model.errors import SpecError
 from golden_tasks.model.outputs import AbiMeta
-from golden_tasks.model.rows import ParamRow, SignatureRow
+from golden_tasks.model.rows import ParamRow, SignatureRow, compiled_for
 
 
 def test_rows_round_trip_through_json_with_their_unset_fields_left_out():
@@ -45,3 +45,16 @@ def test_a_probe_answer_round_trips_and_one_without_a_table_is_refused():
     assert KernelFacts.from_json(facts.to_json(), "pkg.mod:k") == facts
     with pytest.raises(SpecError, match="its probe did not answer with its facts"):
         KernelFacts.from_json(json.dumps({"ranks": 1, "digest": "d"}), "pkg.mod:k")
+
+
+def test_a_build_that_serves_every_call_serves_each_checked_row_and_no_other():
+    checked = [ParamRow("x", "tensor", "in", "float32", (4, 8)), ParamRow("k", "scalar", "in", "int32", (), 3)]
+    opened = [r.open() for r in checked]
+    assert opened == [ParamRow("x", "tensor", "in", "float32"), ParamRow("k", "scalar", "in", "int32", ())]
+    assert all(map(ParamRow.serves, opened, checked)) and all(map(ParamRow.serves, checked, checked))
+    assert not ParamRow("x", "tensor", "in", "float32", (4, 16)).serves(checked[0])
+    assert not ParamRow("x", "tensor", "in", "bfloat16").serves(checked[0])
+    assert not ParamRow("k", "scalar", "in", "int32", (), 4).serves(checked[1])
+    assert compiled_for([ParamRow("x", "tensor", "inout"), ParamRow("k", "scalar", "in")],
+                        [SignatureRow("x", "tensor", (4, 8), "float32"), SignatureRow("k", "scalar", (), "int32", 3)],
+                        builds_once=True) == [ParamRow("x", "tensor", "inout", "float32"), opened[1]]

@@ -78,7 +78,7 @@ def test_each_spec_answers_for_itself_what_a_call_a_table_and_an_input_set_make_
     k = ScalarSpec("k", torch.int32, 3).stamped("in")
     assert [s.argument(lambda t: t.name.upper()) for s in (x, k)] == ["X", 3]
     assert not x.by_value and k.by_value
-    assert table_of([x, k]) == [ParamRow("x", "tensor", "in", "float32", (4, 2)), ParamRow("k", "scalar", "in", "int32", ())]
+    assert table_of([x, k]) == [ParamRow("x", "tensor", "in", "float32", (4, 2)), ParamRow("k", "scalar", "in", "int32", (), 3)]
     assert table_of([x, k], [((2,), "bfloat16")])[0] == ParamRow("x", "tensor", "in", "bfloat16", (2,))
     assert x.input_recipe(lambda value: f"fp {value}").init == "fp 1.0" and k.input_recipe(str) == k.signature
     assert x.rank_view().shape == (2,) and x.rank_view().direction == "in" and k.rank_view() is k

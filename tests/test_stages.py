@@ -9,6 +9,7 @@ from golden_tasks.model.compare import Allclose, Policy
 from golden_tasks.model.errors import StageFailed
 from golden_tasks.model.outputs import CompileMeta, InputsMeta, Upstream, Worst
 from golden_tasks.model.plan import Plan
+from golden_tasks.model.rows import compiled_for
 from golden_tasks.model.specs import stamp_all
 from golden_tasks.stages import (
     BenchSettings,
@@ -39,7 +40,8 @@ SPECS = [TensorSpec("x", (3, 4), torch.float32, torch.randn), TensorSpec("total"
          ScalarSpec("scale", torch.float32, 2.0), TensorSpec("out", (3, 4), torch.float32, float("nan"))]
 CASE = Case("acc", specs=SPECS, kernel=acc, golden=golden_acc).resolved()
 PLAN = Plan(case="acc", seed=3, params=acc.params(), bench={"warmup": 1, "rounds": 2}, timeout=60.0,
-            signature=[s.signature for s in SPECS])
+            signature=[s.signature for s in SPECS],
+            compiled_for=compiled_for(acc.params(), [s.signature for s in SPECS], acc.builds_once))
 
 
 @pytest.fixture

@@ -26,6 +26,10 @@ class KernelForm:
     # whether trusted code must never import its code (forms.untrusted, forms.solution): its module never runs beside
     # the golden, and only confined processes load it
     untrusted: bool = False
+    # whether one build serves every call (its build reads nothing of the specs' shapes or scalar values, which it
+    # is called with, and its artifact's table leaves them open: ParamRow.open): the points of a sweep then share
+    # one compile (Plan.compiled_for)
+    builds_once: bool = False
 
     def params(self) -> list:
         """The declared parameter table: a model.rows.ParamRow per parameter, in order; a row may

@@ -187,6 +187,10 @@ class Plan:
                        replay="the saved inputs come from another seed")
     kernel: str = _field("case",
                          replay="the saved artifact is not your current kernel; `doit verify:{case}` rebuilds it")
+    # what compile builds for (rows.compiled_for): the ABI's table, with no shapes or scalar values where one build
+    # serves every call (KernelForm.builds_once), so that a sweep's points share one compile
+    compiled_for: list[ParamRow] = _field("case", rows=ParamRow, default=[],
+                                          replay="the kernel is now compiled for other parameters")
     backend: str = _field("run", variable=Variable(("backend",), _backend))
     # the world size: one process per rank; the ABI checks resident specs against it (`ranks=N` is
     # planning context, as the profile is: a case's specs may follow it, see Case)

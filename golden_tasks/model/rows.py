@@ -99,28 +99,41 @@ class Row:
         return cls(**{name: tuple(value) if isinstance(value, list) else value for name, value in data.items()})
 
 
+def _scalar_value(value: object) -> bool:
+    return isinstance(value, (bool, int, float))
+
+
 @dataclasses.dataclass(frozen=True)
 class ParamRow(Row, Directed):
     """A parameter of a kernel: its name, kind ("tensor" or "scalar") and direction ("in", "out" or "inout");
     the name of its dtype and its shape where a form declares them (a dim None matches any size) or an
-    artifact was compiled for them, else None."""
+    artifact was compiled for them, else None (also an artifact's that one build serves at every shape:
+    KernelForm.builds_once); a scalar's value where the table is one for a compile (the ABI's, an
+    artifact's, Plan.compiled_for: what a kernel may compile in), but for a build that serves every value."""
     name: str
     kind: str
     direction: str
     dtype: str | None = None
     shape: tuple[int | None, ...] | None = None
+    value: bool | int | float | None = None
 
     _CHECKS = {"name": _NAME, "kind": _word(KINDS), "direction": _word(DIRECTIONS), "dtype": _TEXT,
-               "shape": _shape(dynamic=True)}
+               "shape": _shape(dynamic=True), "value": (_scalar_value, "a number or a bool")}
 
     @property
     def by_value(self) -> bool:
         """Whether the kernel receives its value itself (a scalar: specs.Spec.by_value), not a tensor."""
         return self.kind == "scalar"
 
+    def open(self) -> "ParamRow":
+        """The row of a build that serves every call (KernelForm.builds_once): a tensor's without its shape, a
+        scalar's without its value."""
+        return dataclasses.replace(self, value=None) if self.by_value else dataclasses.replace(self, shape=None)
 
-def _scalar_value(value: object) -> bool:
-    return isinstance(value, (bool, int, float))
+    def serves(self, checked: "ParamRow") -> bool:
+        """Whether an artifact built for this row takes the parameter of the ABI-checked row `checked`: the
+        same row, or the row of a build that serves every call (`open`) of one."""
+        return self in (checked, checked.open())
 
 
 def _resident(value: object) -> bool:
@@ -152,10 +165,20 @@ class SignatureRow(Row):
     def param_row(self, direction: str) -> ParamRow:
         """The row of the table the ABI stage checked and stamped: what the kernel takes on each rank, in
         `direction` (the kernel's)."""
-        return ParamRow(self.name, self.kind, direction, self.dtype, self.rank_shape)
+        return ParamRow(self.name, self.kind, direction, self.dtype, self.rank_shape, self.value)
 
 
 _R = TypeVar("_R", bound=Row)
+
+
+def compiled_for(params: list[ParamRow], signature: list[SignatureRow], builds_once: bool) -> list[ParamRow]:
+    """The table a kernel is compiled for (Plan.compiled_for): the ABI stage's, each spec's row in the direction
+    the kernel declares for it; for a kernel that one build serves at any shapes and scalar values
+    (KernelForm.builds_once), without a tensor's shape or a scalar's value. A spec the kernel does not declare
+    counts as "in": the ABI stage fails that case before anything compiles."""
+    directions = {p.name: p.direction for p in params}
+    rows = [s.param_row(directions.get(s.name, "in")) for s in signature]
+    return [r.open() if builds_once else r for r in rows]
 
 
 def placement_of(signature: list[SignatureRow]) -> dict[str, int | str]:

@@ -374,7 +374,7 @@ class ScalarSpec(Spec):
         return self.signature
 
     def param_row(self, tensor_meta: Iterator[tuple[Sequence[int], str]] | None) -> ParamRow:
-        return ParamRow(self.name, "scalar", self.direction, dtype_name(self.dtype), ())
+        return ParamRow(self.name, "scalar", self.direction, dtype_name(self.dtype), (), self.value)
 
     def argument(self, tensor_for: Callable[["TensorSpec"], Any]) -> Any:
         return self.value

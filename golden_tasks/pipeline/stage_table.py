@@ -126,9 +126,10 @@ STAGES = (
           fields=("params", "signature", "ranks"), user_code=False, isolated=False, loads_case=False, torch=False,
           meta=AbiMeta,
           replay=InReplay.SAVED),
+    # reads none of the ABI's output (its shapes): a kernel built once for any shapes is built once for a sweep
     Stage(StageName.COMPILE, "compile the kernel for the spec shapes (scalar values are compiled in)",
-          "golden_tasks.stages.compile", reads=(StageName.ABI,),
-          fields=("signature", "kernel", "backend", "ranks", "options"),
+          "golden_tasks.stages.compile", after=(StageName.ABI,),
+          fields=("compiled_for", "kernel", "backend", "ranks", "options"),
           budget=lambda plan: COMPILE_SECONDS + 2 * plan.timeout, meta=CompileMeta, confined=True,
           replay=InReplay.SAVED),
     Stage(StageName.INPUTS, "generate the seeded In/InOut tensors (or read them from a data dir)",

@@ -18,7 +18,7 @@ from ..model.errors import SpecError, StalePlan
 from ..model.hashing import canonical_json, digest_file
 from ..model.origin import described
 from ..model.plan import SOURCE_FIELDS, BenchSettings, Plan
-from ..model.rows import placement_of
+from ..model.rows import compiled_for, placement_of
 from ..model.specs import Spec, declared_params
 from ..model.work import Work
 from ..project import config
@@ -302,6 +302,7 @@ def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, 
         case=case.name, module=module, profile=profile, timeout=case.timeout, params=case.kernel.params(),
         signature=[s.signature for s in case.specs], specs=[s.input_recipe(fp) for s in case.specs], seed=case.seed,
         kernel=fp(case.kernel), backend=case.backend, options=case.options,
+        compiled_for=compiled_for(case.kernel.params(), [s.signature for s in case.specs], case.kernel.builds_once),
         ranks=case.ranks, resources=dict(case.resources),
         golden=fp(case.golden) if case.golden is not None else None,
         policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),

@@ -17,6 +17,7 @@ from ..model.errors import StageFailed  # the stages' failure type, for their ca
 from ..model.outputs import Outputs  # what they return
 from ..model.plan import BenchSettings
 from ..model.records import Timing
+from ..model.rows import ParamRow
 
 
 def adaptive_rounds(call, rule: BenchSettings, before=None, agree=None, clock=time.perf_counter, timer=None,
@@ -195,8 +196,8 @@ def load_checked(compiled: Outputs, abi: Outputs):
 
     meta = compiled.meta
     artifact = Artifact.restore(meta.backend, meta.table, compiled.files, meta.module)
-    if artifact.table != abi.meta.table:
-        diffs = [f"{a.to_json()} != {b.to_json()}" for a, b in zip(artifact.table, abi.meta.table) if a != b]
+    if len(artifact.table) != len(abi.meta.table) or not all(map(ParamRow.serves, artifact.table, abi.meta.table)):
+        diffs = [f"{a.to_json()} != {b.to_json()}" for a, b in zip(artifact.table, abi.meta.table) if not a.serves(b)]
         raise StageFailed("artifact parameter table differs from the ABI-checked one:\n  "
                           + "\n  ".join(diffs or ["different parameter count"]))
     return artifact
