@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ..model.errors import StageFailed
 from ..model.hashing import digest_json
 from ..project import toolchain
 
@@ -69,15 +70,17 @@ def fill(pool_folder: Path) -> None:
             return
         staging = Path(tempfile.mkdtemp(prefix="staging-", dir=pool_folder))
         try:
-            isolate.call(_precompile, (str(staging),), FILL_SECONDS, "precompiling AOTInductor's headers")
+            try:
+                isolate.call(_precompile, (str(staging),), FILL_SECONDS, "precompiling AOTInductor's headers")
+            except StageFailed:  # the compile that asked has its artifact: the next precompile privately, as before
+                return
             for path in staging.iterdir():
                 if path.name.endswith(".h.gch"):  # its header after it: a call links a header with its .gch
                     os.replace(path, pool_folder / path.name)
                     os.replace(staging / path.name.removesuffix(".gch"), pool_folder / path.name.removesuffix(".gch"))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        # written when the trusted compile failed too: a failure is not retried on every compile
-        marker.touch()
+            marker.touch()  # after a failure too: not retried by every compile
 
 
 def _toolchain_digest() -> str:
