@@ -16,14 +16,13 @@ AOTInductor-compiles a fixed function into a staging folder, whose headers then 
 with one rename, so a call never links a header half written. That happens once per toolchain (a marker
 file names it), under a lock, so workers that meet an empty pool together fill it once.
 """
-import contextlib
-import fcntl
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 from ..model.errors import StageFailed
 from ..model.hashing import digest_json
@@ -65,7 +64,7 @@ def fill(pool_folder: Path) -> None:
     toolchain; in a trusted child (isolate.call, unconfined), which compiles only our fixed function."""
     from . import isolate  # noqa: PLC0415 -- isolate links the pool into the calls it confines
     marker = pool_folder / f"filled-{_toolchain_digest()}"
-    with _locked(pool_folder / "lock"):
+    with FileLock(pool_folder / "lock"):
         if marker.exists():
             return
         staging = Path(tempfile.mkdtemp(prefix="staging-", dir=pool_folder))
@@ -89,13 +88,6 @@ def _toolchain_digest() -> str:
     found = toolchain.toolchain()
     return digest_json({"torch": found["torch"], "at": os.path.dirname(torch.__file__), "cxx": found["cxx"],
                         "isa": found["isa"]})[:16]
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        yield
 
 
 def _precompile(staging: str) -> None:

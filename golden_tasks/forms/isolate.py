@@ -141,7 +141,8 @@ def confinement(files, pool: int = None, writable: str = None, gpu: bool = False
     if journal := config.current().journal:  # the run's journal, in a folder of its own
         withheld.add(Path(journal).parent)
     sources = [p for f in origin.user_folders() if os.path.isdir(f) for p in _beside(Path(f), withheld, listed)]
-    hidden, shared = [*withheld] if gpu else [], headers.pool()
+    hidden = [*withheld] if gpu else []
+    shared = headers.pool()
     if gpu and pool:
         hidden += sorted({Path(p) for base in (tempfile.gettempdir(), "/tmp")
                           for p in glob.glob(os.path.join(base, "pymp-*"))})

@@ -171,14 +171,18 @@ class SignatureRow(Row):
 _R = TypeVar("_R", bound=Row)
 
 
-def compiled_for(params: list[ParamRow], signature: list[SignatureRow], builds_once: bool) -> list[ParamRow]:
-    """The table a kernel is compiled for (Plan.compiled_for): the ABI stage's, each spec's row in the direction
-    the kernel declares for it; for a kernel that one build serves at any shapes and scalar values
-    (KernelForm.builds_once), without a tensor's shape or a scalar's value. A spec the kernel does not declare
-    counts as "in": the ABI stage fails that case before anything compiles."""
+def stamped_table(params: list[ParamRow], signature: list[SignatureRow]) -> list[ParamRow]:
+    """The table the ABI stage stamps (AbiMeta.table): each spec's row in the direction the kernel declares for
+    it. A spec the kernel does not declare counts as "in": the ABI stage fails that case before it stamps."""
     directions = {p.name: p.direction for p in params}
-    rows = [s.param_row(directions.get(s.name, "in")) for s in signature]
-    return [r.open() if builds_once else r for r in rows]
+    return [s.param_row(directions.get(s.name, "in")) for s in signature]
+
+
+def compiled_for(params: list[ParamRow], signature: list[SignatureRow], builds_once: bool) -> list[ParamRow]:
+    """The table a kernel is compiled for (Plan.compiled_for): the ABI stage's (stamped_table); for a kernel that
+    one build serves at any shapes and scalar values (KernelForm.builds_once), without a tensor's shape or a
+    scalar's value."""
+    return [r.open() if builds_once else r for r in stamped_table(params, signature)]
 
 
 def placement_of(signature: list[SignatureRow]) -> dict[str, int | str]:

@@ -296,13 +296,14 @@ def declared_reads(case: Case) -> tuple[dict, set]:
 def plan_of(case: Case, module: str = None, profile: str = None) -> tuple[Plan, set]:
     """The plan of a resolved case, and the user source files its fingerprints read."""
     fp = Fingerprinter()
-    data, data_files = describe(case, case.kernel.params())
+    params, signature = case.kernel.params(), [s.signature for s in case.specs]
+    data, data_files = describe(case, params)
     external, external_files = declared_reads(case)
     plan = Plan(
-        case=case.name, module=module, profile=profile, timeout=case.timeout, params=case.kernel.params(),
-        signature=[s.signature for s in case.specs], specs=[s.input_recipe(fp) for s in case.specs], seed=case.seed,
+        case=case.name, module=module, profile=profile, timeout=case.timeout, params=params,
+        signature=signature, specs=[s.input_recipe(fp) for s in case.specs], seed=case.seed,
         kernel=fp(case.kernel), backend=case.backend, options=case.options,
-        compiled_for=compiled_for(case.kernel.params(), [s.signature for s in case.specs], case.kernel.builds_once),
+        compiled_for=compiled_for(params, signature, case.kernel.builds_once),
         ranks=case.ranks, resources=dict(case.resources),
         golden=fp(case.golden) if case.golden is not None else None,
         policy=fp({"rtol": case.rtol, "atol": case.atol, "ignore_nan": case.ignore_nan, "compare": case.compare}),

@@ -8,7 +8,7 @@ kernel takes (on each rank, for a multi-rank kernel: a stacked tensor's slice),
 and the placement of resident tensors across ranks.
 """
 from ..model.outputs import AbiMeta, Upstream
-from ..model.rows import STACKED, ParamRow, SignatureRow, placement_of
+from ..model.rows import STACKED, ParamRow, SignatureRow, placement_of, stamped_table
 from . import Outputs, StageFailed
 
 
@@ -63,6 +63,5 @@ def run(case, plan, workdir, upstream: Upstream) -> Outputs:
     found = problems(plan.params, plan.signature, plan.ranks)
     if found:
         raise StageFailed(f"ABI mismatch for {plan.case}:\n  " + "\n  ".join(found))
-    directions = {p.name: p.direction for p in plan.params}
-    table = [s.param_row(directions[s.name]) for s in plan.signature]
-    return Outputs(meta=AbiMeta(table=table, placement=placement_of(plan.signature)))
+    return Outputs(meta=AbiMeta(table=stamped_table(plan.params, plan.signature),
+                                placement=placement_of(plan.signature)))
